@@ -1,0 +1,1 @@
+pytest_plugins = ["tests.fixtures.servers", "tests.fixtures.k8s"]
