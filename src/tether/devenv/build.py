@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import shutil
 import subprocess
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -56,19 +58,34 @@ class _Runner:
         last_beat = started
         tail: deque[str] = deque(maxlen=40)
         out: list[str] = []
-        lines = 0
         proc = subprocess.Popen(
             list(args), cwd=cwd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
         assert proc.stdout is not None
-        for line in proc.stdout:
-            out.append(line)
-            tail.append(line.rstrip())
-            lines += 1
+        # A reader thread lets the heartbeat keep ticking through long silent phases (module downloads).
+        lines: queue.Queue[str | None] = queue.Queue()
+        stream = proc.stdout
+
+        def pump() -> None:
+            for text in stream:
+                lines.put(text)
+            lines.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+        while True:
+            try:
+                line = lines.get(timeout=1.0)
+            except queue.Empty:
+                line = ""
+            if line is None:
+                break
+            if line:
+                out.append(line)
+                tail.append(line.rstrip())
             now = time.monotonic()
             if now - last_beat >= self.heartbeat_s:
                 last_beat = now
-                what = f"{lines} packages compiled" if count_lines else "working"
+                what = f"{len(out)} packages compiled" if count_lines else "working"
                 self.progress(f"  {label}: {what} ({now - started:.0f}s)")
         code = proc.wait()
         if code != 0:
@@ -121,7 +138,9 @@ def _fresh_module(go: str, run: _Runner, work: Path, name: str) -> None:
 def _build_kubernetes(go: str, run: _Runner, work: Path, out: Path) -> None:
     _fresh_module(go, run, work, "local/k8sbin")
     run.run([go, "mod", "edit", "-godebug=default=go1.24"], work, "kubernetes: godebug")
-    info = json.loads(run.run([go, "mod", "download", "-json", f"k8s.io/kubernetes@v{K8S_VERSION}"], work, "kubernetes: fetch go.mod"))
+    info = json.loads(
+        run.run([go, "mod", "download", "-json", f"k8s.io/kubernetes@v{K8S_VERSION}"], work, "kubernetes: fetch go.mod")
+    )
     staging = re.findall(r"^\s*(k8s\.io/[a-z0-9-]+) => \./staging/", Path(info["GoMod"]).read_text(), re.M)
     run.progress(f"  kubernetes: replacing {len(staging)} staging modules with v0.{K8S_VERSION.split('.', 1)[1]}")
     minor_patch = K8S_VERSION.split(".", 1)[1]
@@ -156,7 +175,9 @@ def _build_kwok(go: str, run: _Runner, work: Path, out: Path) -> None:
         "kwok: go build",
         count_lines=True,
     )
-    info = json.loads(run.run([go, "mod", "download", "-json", f"sigs.k8s.io/kwok@v{KWOK_VERSION}"], work, "kwok: stages"))
+    info = json.loads(
+        run.run([go, "mod", "download", "-json", f"sigs.k8s.io/kwok@v{KWOK_VERSION}"], work, "kwok: stages")
+    )
     source = Path(info["Dir"]) / "kustomize" / "stage"
     for stage in KWOK_STAGE_FILES:
         target = out / "stages" / stage
@@ -180,7 +201,9 @@ def _verify(out: Path) -> None:
     for name in _K8S_CMDS[:3]:
         result = subprocess.run([str(out / name), "--version"], capture_output=True, text=True, check=False, timeout=60)
         if f"v{K8S_VERSION}" not in result.stdout:
-            raise BuildError(f"built {name} reports {result.stdout.strip() or result.stderr.strip()!r}, expected v{K8S_VERSION}")
+            raise BuildError(
+                f"built {name} reports {result.stdout.strip() or result.stderr.strip()!r}, expected v{K8S_VERSION}"
+            )
 
 
 def build(force: bool = False, progress: Progress = print) -> Path:
@@ -202,7 +225,8 @@ def build(force: bool = False, progress: Progress = print) -> Path:
     if problem is None and not force:
         progress(f"Kubernetes test binaries are cached in {final}")
         return final
-    progress(f"building Kubernetes v{K8S_VERSION}, etcd v{ETCD_VERSION}, kwok v{KWOK_VERSION} into {final} ({problem or 'forced'})")
+    versions = f"Kubernetes v{K8S_VERSION}, etcd v{ETCD_VERSION}, kwok v{KWOK_VERSION}"
+    progress(f"building {versions} into {final} ({problem or 'forced'})")
     go = _check_go(progress)
     partial = final.parent / f".partial-{final.name}"
     if force:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import signal
 import socket
 import subprocess
@@ -115,6 +116,9 @@ class ManagedProcess:
                     env=self.env,
                     cwd=self.cwd,
                     user=self.user,
+                    # Drop root's groups too, not only its uid, when running as another user.
+                    group=pwd.getpwnam(self.user).pw_gid if self.user else None,
+                    extra_groups=[] if self.user else None,
                     start_new_session=True,
                 )
             except OSError as exc:

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a fresh machine: Debian packages, the Python environment and the cached
+# Kubernetes binaries. Every step is skipped when its result is already present.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(redis-server postgresql)
+
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "bootstrap: installing Debian packages: ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${APT_PACKAGES[@]}" >/dev/null
+fi
+
+if ! command -v uv >/dev/null 2>&1; then
+  echo "bootstrap: installing uv (Python package manager) from PyPI"
+  python3 -m pip install --quiet --disable-pip-version-check uv
+fi
+
+uv sync --frozen --quiet --python python3.11
+
+# Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kwok once per
+# machine (cached under ~/.cache/tether); prints progress, returns at once when cached.
+uv run --frozen tether dev cluster build

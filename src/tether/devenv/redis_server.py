@@ -1,0 +1,200 @@
+"""A private, throw-away ``redis-server`` for tests and local runs.
+
+The server listens on loopback only, keeps nothing on disk (``--save '' --appendonly no``) and runs in the
+foreground under :class:`~tether.devenv.process.ManagedProcess`, so start-up problems are reported with the
+server's own log tail and teardown signals only the recorded pid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import shutil
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from tether.devenv.process import (
+    EnvironmentProblem,
+    ManagedProcess,
+    ProcessFailed,
+    ensure_port_free,
+    free_port,
+)
+
+HOST = "127.0.0.1"
+INSTALL_HINT = "install it with `apt-get install redis-server`"
+
+# A port chosen by free_port() can be taken by someone else before redis binds it; retry a few times then.
+_AUTO_PORT_ATTEMPTS = 3
+
+
+def find_redis_server(binary: str | None = None) -> str:
+    """Return the path of the ``redis-server`` executable.
+
+    Args:
+        binary: explicit path or command name; None means ``redis-server`` looked up on ``PATH``.
+
+    Raises:
+        EnvironmentProblem: the binary does not exist or is not executable; the message says how to install it.
+    """
+    wanted = binary or "redis-server"
+    found = shutil.which(wanted)
+    if found is None:
+        raise EnvironmentProblem(f"redis-server not found ({wanted!r} is not an executable on PATH); {INSTALL_HINT}")
+    return found
+
+
+def redis_ping(port: int, host: str = HOST, timeout: float = 1.0) -> bool:
+    """Send a RESP ``PING`` to ``host:port`` and return True when the answer is ``+PONG``.
+
+    Args:
+        port: TCP port of the server.
+        host: address of the server.
+        timeout: socket timeout in seconds for connect and read.
+
+    Returns:
+        False on any connection error or other reply (e.g. ``-LOADING`` while the server starts).
+    """
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.sendall(b"*1\r\n$4\r\nPING\r\n")
+            return sock.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+@dataclass
+class RedisServer:
+    """A private ``redis-server`` process bound to ``127.0.0.1``.
+
+    Use :meth:`start` / :meth:`stop`, or the object as a context manager::
+
+        with RedisServer(tmp_dir) as server:
+            client = redis.Redis.from_url(server.url)
+
+    Attributes:
+        base_dir: directory for the working dir and the log file ``redis-server.log``; created if missing.
+        port: TCP port to listen on; None picks a free port at :meth:`start`. After start it holds the port used.
+        binary: path or name of the ``redis-server`` executable; None means look it up on ``PATH``.
+        startup_timeout: seconds to wait for ``PING`` to be answered.
+    """
+
+    base_dir: Path
+    port: int | None = None
+    binary: str | None = None
+    startup_timeout: float = 15.0
+    _process: ManagedProcess | None = field(default=None, init=False, repr=False)
+
+    @property
+    def log_path(self) -> Path:
+        """The file receiving the server's stdout and stderr (Redis logs to stdout when no logfile is set)."""
+        return self.base_dir / "redis-server.log"
+
+    @property
+    def pid(self) -> int:
+        """Pid of the running server; raises RuntimeError before :meth:`start`."""
+        if self._process is None:
+            raise RuntimeError("redis-server was not started")
+        return self._process.pid
+
+    @property
+    def url(self) -> str:
+        """Connection URL of database 0, ``redis://127.0.0.1:<port>/0``; raises RuntimeError before start."""
+        return self.url_for_db(0)
+
+    def url_for_db(self, db: int) -> str:
+        """Return the URL of logical database ``db`` (0..15); raises RuntimeError before :meth:`start`."""
+        if self._process is None or self.port is None:
+            raise RuntimeError("redis-server was not started")
+        return f"redis://{HOST}:{self.port}/{db}"
+
+    def start(self) -> Self:
+        """Start the server and wait until it answers ``PING``.
+
+        Returns:
+            self, for chaining.
+
+        Raises:
+            PortInUse: an explicitly requested :attr:`port` is already bound.
+            EnvironmentProblem: ``redis-server`` is not installed.
+            ProcessFailed: the server exited or did not answer within :attr:`startup_timeout` seconds;
+                the message carries the tail of :attr:`log_path`.
+        """
+        if self._process is not None:
+            raise RuntimeError("redis-server already started")
+        fixed_port = self.port
+        if fixed_port is not None:
+            ensure_port_free(fixed_port, HOST, owner="redis-server")
+        executable = find_redis_server(self.binary)
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+
+        attempts = 1 if fixed_port is not None else _AUTO_PORT_ATTEMPTS
+        for attempt in range(1, attempts + 1):
+            port = fixed_port if fixed_port is not None else free_port(HOST)
+            self.port = port
+            self._process = ManagedProcess(
+                name="redis-server",
+                args=self._args(executable, port),
+                log_path=self.log_path,
+                cwd=self.base_dir,
+            )
+            try:
+                self._process.start()
+                self._process.wait_ready(functools.partial(redis_ping, port), self.startup_timeout, what="ready (PING)")
+            except ProcessFailed as exc:
+                self.stop()
+                if attempt < attempts and "Address already in use" in str(exc):
+                    continue
+                self.port = fixed_port
+                raise
+            return self
+        raise AssertionError("unreachable")  # the loop either returns or raises
+
+    def _args(self, executable: str, port: int) -> list[str]:
+        return [
+            executable,
+            "--port",
+            str(port),
+            "--bind",
+            HOST,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+            "--dir",
+            str(self.base_dir),
+            # Empty logfile means stdout, which ManagedProcess captures, so early config errors land in the log too.
+            "--logfile",
+            "",
+        ]
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the server by its pid (SIGTERM, SIGKILL after ``timeout`` seconds); no-op if not running."""
+        process, self._process = self._process, None
+        if process is not None:
+            process.stop(timeout)
+
+    def is_running(self) -> bool:
+        """Return True when the server process was started and has not exited."""
+        if self._process is None:
+            return False
+        with contextlib.suppress(ProcessFailed):
+            self._process.check_alive()
+            return True
+        return False
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
