@@ -44,7 +44,11 @@ def generate(out: Path) -> None:
         raise SystemExit("protoc failed")
     for path in out.rglob("*.py*"):
         text = path.read_text()
-        text = STUB_REF.sub("tether.pb.gitlab.agent.", text) if path.suffix == ".pyi" else PY_IMPORT.sub(r"\1 tether.pb.gitlab.agent", text)
+        text = (
+            STUB_REF.sub("tether.pb.gitlab.agent.", text)
+            if path.suffix == ".pyi"
+            else PY_IMPORT.sub(r"\1 tether.pb.gitlab.agent", text)
+        )
         path.write_text(text)
     for proto in sources:
         if not re.search(r"^service ", (PROTO / proto).read_text(), re.M):

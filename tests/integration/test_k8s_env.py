@@ -95,19 +95,29 @@ def test_crd_is_listed_by_discovery(kubectl: Kubectl, k8s_namespace: str) -> Non
         poll(discovered, 60, "the CRD to appear in discovery")
         group = json.loads(kubectl.run("get", "--raw", "/apis/tether.example.com/v1alpha1").stdout)
         assert [r["name"] for r in group["resources"]] == ["widgets"]
-        widget = '{"apiVersion":"tether.example.com/v1alpha1","kind":"Widget","metadata":{"name":"w1"},"spec":{"size":3}}'
+        widget = (
+            '{"apiVersion":"tether.example.com/v1alpha1","kind":"Widget","metadata":{"name":"w1"},"spec":{"size":3}}'
+        )
         kubectl.run("apply", "-n", k8s_namespace, "-f", "-", input_text=widget)
         assert kubectl.json("get", "widgets", "-n", k8s_namespace)["items"][0]["spec"]["size"] == 3
     finally:
         kubectl.run("delete", "crd", "widgets.tether.example.com", "--wait=false", check=False)
 
 
-async def test_watch_delivers_added_modified_deleted(k8s_cluster: ClusterInfo, kubectl: Kubectl, k8s_namespace: str) -> None:
+async def test_watch_delivers_added_modified_deleted(
+    k8s_cluster: ClusterInfo, kubectl: Kubectl, k8s_namespace: str
+) -> None:
     listing = json.loads(kubectl.run("get", "--raw", f"/api/v1/namespaces/{k8s_namespace}/configmaps").stdout)
     start_rv = listing["metadata"]["resourceVersion"]
     ssl_context = ssl.create_default_context(cafile=str(k8s_cluster.ca_file))
     url = f"{k8s_cluster.server}/api/v1/namespaces/{k8s_namespace}/configmaps"
-    params = {"watch": "1", "resourceVersion": start_rv, "fieldSelector": "metadata.name=c1", "allowWatchBookmarks": "false", "timeoutSeconds": "60"}
+    params = {
+        "watch": "1",
+        "resourceVersion": start_rv,
+        "fieldSelector": "metadata.name=c1",
+        "allowWatchBookmarks": "false",
+        "timeoutSeconds": "60",
+    }
     headers = {"Authorization": f"Bearer {k8s_cluster.token}"}
     events: list[tuple[str, int]] = []
 
@@ -150,8 +160,15 @@ def test_server_side_apply_creates_then_updates_with_field_manager(kubectl: Kube
     assert managers == [("tether-test", "Apply")]
 
     conflict = kubectl.run(
-        "apply", "--server-side", "--field-manager=someone-else", "-n", k8s_namespace, "-f", "-",
-        input_text=manifest % "3", check=False,
+        "apply",
+        "--server-side",
+        "--field-manager=someone-else",
+        "-n",
+        k8s_namespace,
+        "-f",
+        "-",
+        input_text=manifest % "3",
+        check=False,
     )
     assert conflict.returncode != 0 and "conflict" in conflict.stderr.lower()
 
