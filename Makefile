@@ -2,10 +2,11 @@
 # Both bootstrap a fresh machine first (apt packages, Python environment, Kubernetes binaries).
 .PHONY: up test bootstrap check lint typecheck proto proto-check pytest bench format
 
-UV := uv run --frozen
+# After bootstrap everything runs from the project virtual environment.
+BIN := .venv/bin
 
 up: bootstrap
-	$(UV) tether up
+	$(BIN)/tether up
 
 test: bootstrap check pytest
 
@@ -15,24 +16,24 @@ bootstrap:
 check: lint typecheck proto-check
 
 lint:
-	$(UV) ruff check src tests scripts bench
-	$(UV) ruff format --check src tests scripts bench
+	$(BIN)/ruff check src tests scripts bench
+	$(BIN)/ruff format --check src tests scripts bench
 
 format:
-	$(UV) ruff check --fix src tests scripts bench
-	$(UV) ruff format src tests scripts bench
+	$(BIN)/ruff check --fix src tests scripts bench
+	$(BIN)/ruff format src tests scripts bench
 
 typecheck:
-	$(UV) mypy
+	$(BIN)/mypy
 
 proto:
-	$(UV) python scripts/protogen.py
+	$(BIN)/python scripts/protogen.py
 
 proto-check:
-	$(UV) python scripts/protogen.py --check
+	$(BIN)/python scripts/protogen.py --check
 
 pytest:
-	$(UV) pytest -p no:cacheprovider
+	$(BIN)/pytest -p no:cacheprovider
 
 bench: bootstrap
-	$(UV) python bench/testenv.py
+	$(BIN)/python bench/testenv.py

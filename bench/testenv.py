@@ -19,7 +19,6 @@ import os
 import platform
 import shutil
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -83,8 +82,8 @@ def main() -> None:
     results.append({"metric": "k8s_warm_start_seconds", "value": round(warm, 2), "unit": "s"})
     results.append({"metric": "k8s_cluster_rss_mib", "value": round(rss, 0), "unit": "MiB"})
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
-    cpu = subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo"], capture_output=True, text=True).stdout
-    print(f"machine: {os.cpu_count()} CPUs, {cpu.split(':')[-1].strip()}, {platform.platform()}")
+    model = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")), "")
+    print(f"machine: {os.cpu_count()} CPUs, {model.split(':')[-1].strip()}, {platform.platform()}")
 
 
 if __name__ == "__main__":

@@ -17,13 +17,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${APT_PACKAGES[@]}" >/dev/null
 fi
 
-if ! command -v uv >/dev/null 2>&1; then
+# `python3 -m uv` works whether or not the uv script landed on PATH (pyenv shims need a rehash).
+if ! python3 -m uv --version >/dev/null 2>&1; then
   echo "bootstrap: installing uv (Python package manager) from PyPI"
   python3 -m pip install --quiet --disable-pip-version-check uv
 fi
 
-uv sync --frozen --quiet --python python3.11
+python3 -m uv sync --frozen --quiet --python python3.11
 
 # Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kwok once per
 # machine (cached under ~/.cache/tether); prints progress, returns at once when cached.
-uv run --frozen tether dev cluster build
+.venv/bin/tether dev cluster build

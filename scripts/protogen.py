@@ -38,8 +38,16 @@ def generate(out: Path) -> None:
         str(Path(google.rpc.status_pb2.__file__).parent.parent.parent),
     ]
     out.mkdir(parents=True, exist_ok=True)
+    # The mypy plugins live next to this interpreter; name them so PATH does not matter.
+    plugins = Path(sys.executable).parent
     args = ["protoc", *[f"-I{i}" for i in includes]]
-    args += [f"--python_out={out}", f"--grpc_python_out={out}", f"--mypy_out={out}", f"--mypy_grpc_out={out}"]
+    args += [f"--plugin=protoc-gen-{p}={plugins / f'protoc-gen-{p}'}" for p in ("mypy", "mypy_grpc")]
+    args += [
+        f"--python_out={out}",
+        f"--grpc_python_out={out}",
+        f"--mypy_out=quiet:{out}",
+        f"--mypy_grpc_out=quiet:{out}",
+    ]
     if protoc.main([*args, *sources]) != 0:
         raise SystemExit("protoc failed")
     for path in out.rglob("*.py*"):

@@ -68,7 +68,9 @@ def test_envtest_variables_take_precedence(empty_cache: Path, monkeypatch: pytes
 
 def test_cli_reports_missing_binaries_without_traceback(empty_cache: Path, tmp_path: Path) -> None:
     env = {"PATH": "/usr/bin:/bin", "TETHER_CACHE_DIR": str(empty_cache), "HOME": str(tmp_path)}
-    result = subprocess.run([str(TETHER), "dev", "cluster", "build"], capture_output=True, text=True, env=env, check=False)
+    result = subprocess.run(
+        [str(TETHER), "dev", "cluster", "build"], capture_output=True, text=True, env=env, check=False
+    )
     assert result.returncode == 1
     assert "error:" in result.stderr and "Go toolchain is not installed" in result.stderr
     assert "Traceback" not in result.stderr

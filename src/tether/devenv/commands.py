@@ -89,7 +89,7 @@ def build_command(force: bool) -> None:
     Binaries are cached outside the repository (``$TETHER_CACHE_DIR`` or ``~/.cache/tether``). Set
     KUBEBUILDER_ASSETS or TEST_ASSET_<NAME> to use existing binaries instead.
     """
-    click.echo(build(force=force, progress=_progress))
+    build(force=force, progress=_progress)
 
 
 @cluster.command("up")

@@ -1,0 +1,1 @@
+"""Small protocol tools shared by kas, agentk and the hub."""
