@@ -1,0 +1,1 @@
+"""agentk: the in-cluster agent (kas connection, internal server, module wiring)."""

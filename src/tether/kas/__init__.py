@@ -1,0 +1,1 @@
+"""kas: the agent server (listeners, configuration, module wiring, shutdown)."""

@@ -1,0 +1,1 @@
+"""A thin asyncio Kubernetes layer: kubeconfig, REST calls, list and watch."""

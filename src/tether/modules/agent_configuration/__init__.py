@@ -1,0 +1,1 @@
+"""Agent configuration: the GetConfiguration stream (kas) and the configuration watcher (agentk)."""

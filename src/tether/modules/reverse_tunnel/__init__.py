@@ -1,0 +1,1 @@
+"""Reverse tunnels: kas registry and Connect handler, agentk tunnel pool."""

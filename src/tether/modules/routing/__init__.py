@@ -1,0 +1,1 @@
+"""Routing kas -> gateway kas -> agentk over the private API (seed 001)."""
