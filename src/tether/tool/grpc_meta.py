@@ -15,8 +15,9 @@ from google.rpc import status_pb2
 
 from tether.pb.gitlab.agent.prototool import prototool_pb2
 
-#: gRPC metadata as grpc.aio hands it over: (key, value) pairs; ``-bin`` keys carry bytes.
+#: Metadata as (key, value) pairs; ``-bin`` keys carry bytes. grpc.aio.Metadata is one too.
 Metadata: TypeAlias = tuple[tuple[str, str | bytes], ...]
+MetadataIn: TypeAlias = Iterable[tuple[str, str | bytes]]
 
 STATUS_DETAILS_KEY = "grpc-status-details-bin"
 #: Keys the transport manages itself; copying them onto another call would be wrong or rejected.

@@ -1,0 +1,207 @@
+"""kas configuration: one YAML file whose field names mirror upstream kascfg (kas.md §7).
+
+Secrets are never inline: every secret is a path to a base64 file. Every field has a default except the
+JWT secret files; ``redis`` may be omitted, which selects the in-memory backend for a single kas (the
+embedded default). Tether additions are marked in ``docs/configuration.md``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from tether.tool.durations import Duration
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ListenCF(_Section):
+    """A network listener: ``address`` is ``host:port`` (tcp) or a socket path (unix)."""
+
+    network: Literal["tcp", "unix"] = "tcp"
+    address: str
+    certificate_file: Path | None = None
+    key_file: Path | None = None
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> ListenCF:
+        if (self.certificate_file is None) != (self.key_file is None):
+            raise ValueError("certificate_file and key_file must be set together")
+        return self
+
+
+class AgentListenCF(ListenCF):
+    """agentk-facing gRPC listener."""
+
+    address: str = "127.0.0.1:8150"
+    max_connection_age: Duration = 7200.0
+    listen_grace_period: Duration = 5.0
+    connections_per_token_per_minute: int = Field(default=40000, ge=0)
+    #: Tether addition: largest gRPC message accepted on this listener, in bytes.
+    max_message_size: int = Field(default=10 * 1024 * 1024, ge=1024)
+
+
+class AgentConfigurationCF(_Section):
+    """GetConfiguration behaviour."""
+
+    poll_period: Duration = 300.0
+    max_configuration_file_size: int = 131072
+
+
+class AgentCF(_Section):
+    """Everything about agent connections."""
+
+    listen: AgentListenCF = AgentListenCF()
+    configuration: AgentConfigurationCF = AgentConfigurationCF()
+    info_cache_ttl: Duration = 300.0
+    info_cache_error_ttl: Duration = 60.0
+    redis_conn_info_ttl: Duration = 300.0
+    redis_conn_info_refresh: Duration = 240.0
+    redis_conn_info_gc: Duration = 600.0
+
+    @model_validator(mode="after")
+    def _refresh_before_expiry(self) -> AgentCF:
+        if self.redis_conn_info_refresh >= self.redis_conn_info_ttl:
+            raise ValueError("redis_conn_info_refresh must be shorter than redis_conn_info_ttl")
+        return self
+
+
+class GitlabCF(_Section):
+    """The control plane (the hub) that serves the internal API."""
+
+    address: str = "http://127.0.0.1:8080"
+    external_url: str | None = None
+    authentication_secret_file: Path
+    ca_certificate_file: Path | None = None
+
+
+class UrlPathCF(_Section):
+    """An HTTP path."""
+
+    url_path: str
+
+
+class ObservabilityListenCF(ListenCF):
+    """Observability HTTP listener."""
+
+    address: str = "127.0.0.1:8151"
+
+
+class LoggingCF(_Section):
+    """Log levels."""
+
+    level: Literal["debug", "info", "warn", "error"] = "info"
+    grpc_level: Literal["debug", "info", "warn", "error"] = "error"
+
+
+class ObservabilityCF(_Section):
+    """/metrics, /liveness, /readiness and logging."""
+
+    listen: ObservabilityListenCF = ObservabilityListenCF()
+    prometheus: UrlPathCF = UrlPathCF(url_path="/metrics")
+    liveness_probe: UrlPathCF = UrlPathCF(url_path="/liveness")
+    readiness_probe: UrlPathCF = UrlPathCF(url_path="/readiness")
+    logging: LoggingCF = LoggingCF()
+
+
+class RedisServerCF(_Section):
+    """A single Redis server."""
+
+    address: str
+
+
+class RedisCF(_Section):
+    """Redis connection; omit the whole section to use the in-memory backend (one kas only)."""
+
+    server: RedisServerCF
+    dial_timeout: Duration = 5.0
+    write_timeout: Duration = 3.0
+    key_prefix: str = "gitlab-kas"
+    username: str | None = None
+    password_file: Path | None = None
+    database_index: int = Field(default=0, ge=0)
+    network: Literal["tcp", "unix"] = "tcp"
+
+
+class ApiListenCF(ListenCF):
+    """The api listener the hub calls."""
+
+    address: str = "127.0.0.1:8153"
+    authentication_secret_file: Path
+    max_connection_age: Duration = 7200.0
+    listen_grace_period: Duration = 5.0
+
+
+class ApiCF(_Section):
+    """api gRPC listener (the hub -> kas)."""
+
+    listen: ApiListenCF
+
+
+class PrivateApiListenCF(ListenCF):
+    """The kas -> kas listener."""
+
+    address: str = "127.0.0.1:8155"
+    authentication_secret_file: Path
+    ca_certificate_file: Path | None = None
+    max_connection_age: Duration = 7200.0
+    listen_grace_period: Duration = 5.0
+
+
+class PrivateApiCF(_Section):
+    """private api gRPC listener (kas -> kas)."""
+
+    listen: PrivateApiListenCF
+
+
+class RoutingCF(_Section):
+    """Tether addition: routing timings (upstream constants, kas.md §2.5)."""
+
+    #: How long a request without its own deadline waits for a tunnel.
+    tunnel_find_timeout: Duration = 20.0
+    #: Try the next gateway kas when the last one has not answered for this long.
+    try_new_kas_interval: Duration = 0.01
+    #: Safety-net re-read of the tunnel tracker while waiting (pub/sub is the primary wake-up).
+    recheck_interval: Duration = 2.0
+    #: How long in-flight forwarded calls may continue after SIGTERM.
+    shutdown_grace_period: Duration = 30.0
+
+
+class KasConfig(_Section):
+    """The whole kas configuration file."""
+
+    gitlab: GitlabCF
+    agent: AgentCF = AgentCF()
+    observability: ObservabilityCF = ObservabilityCF()
+    redis: RedisCF | None = None
+    api: ApiCF
+    private_api: PrivateApiCF
+    routing: RoutingCF = RoutingCF()
+
+
+class ConfigError(ValueError):
+    """The configuration file is unreadable or invalid; the message names the file and each bad field."""
+
+
+def load_config(path: Path) -> KasConfig:
+    """Read and validate a kas YAML configuration file.
+
+    Raises:
+        ConfigError: with one line per problem, e.g. ``agent.listen.max_connection_age: invalid duration``.
+    """
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+    try:
+        return KasConfig.model_validate(data)
+    except ValidationError as exc:
+        lines = [f"  {'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}" for err in exc.errors()]
+        raise ConfigError(f"invalid kas configuration in {path}:\n" + "\n".join(lines)) from exc
