@@ -12,6 +12,7 @@ from tether.devenv.build import BuildError
 from tether.devenv.commands import console, dev, print_access, start_cluster, wait_for_exit
 from tether.devenv.commands import default_cluster_dir as _default_cluster_dir
 from tether.devenv.process import EnvironmentProblem
+from tether.kas.command import kas_command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -36,6 +37,7 @@ def up(nodes: int) -> None:
 
 
 cli.add_command(dev)
+cli.add_command(kas_command)
 
 
 def main() -> None:

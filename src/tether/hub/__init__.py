@@ -1,0 +1,1 @@
+"""The hub: the control plane (users, projects, agents, configuration) and its clients of kas."""

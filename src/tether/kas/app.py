@@ -1,0 +1,329 @@
+"""The kas process: builds every module from the configuration, runs the listeners, shuts down cleanly.
+
+Listeners (kas.md §0.1): agent gRPC (agentk), api gRPC (the hub; JWT ``iss=gitlab``, ``aud=gitlab-kas``),
+private api gRPC (other kas only; JWT ``iss=aud=gitlab-kas`` with a kas-only secret) and observability
+HTTP. On SIGTERM (kas.md §8.6): readiness turns false, configuration streams and idle tunnels end with OK
+so agents reconnect elsewhere, everything this kas wrote to Redis is removed at once, listeners stop
+accepting, and in-flight forwarded calls get ``routing.shutdown_grace_period`` to finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from typing import Any
+
+import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
+from prometheus_client import CollectorRegistry
+
+from tether import __version__
+from tether.kas.agent_auth import AgentAuthenticator
+from tether.kas.config import KasConfig, ListenCF
+from tether.kas.gitlab_client import GitlabClient
+from tether.kas.instance_registry import KasInstanceRegistry
+from tether.kas.observability import GaugeCollector, ObservabilityServer
+from tether.modules.agent_configuration.kas_server import AgentConfigurationServicer
+from tether.modules.agent_tracker.api import AgentTrackerServicer
+from tether.modules.agent_tracker.tracker import AgentTracker
+from tether.modules.pods.kas import ROUTED_METHODS as POD_METHODS
+from tether.modules.reverse_tunnel.kas_server import ReverseTunnelServicer
+from tether.modules.reverse_tunnel.registry import TunnelRegistry
+from tether.modules.reverse_tunnel.tracker import TunnelTracker
+from tether.modules.routing.gateway import Gateway
+from tether.modules.routing.grpc_handlers import PrivateApiHandler, RoutedApiHandler
+from tether.modules.routing.kas_pool import KasPool
+from tether.modules.routing.notifier import TunnelNotifier
+from tether.modules.routing.router import Router, RoutingOptions
+from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2_grpc as config_grpc
+from tether.pb.gitlab.agent.agent_tracker.rpc import rpc_pb2_grpc as tracker_grpc
+from tether.pb.gitlab.agent.event.event_pb2 import TunnelsAvailable
+from tether.pb.gitlab.agent.kas.instance_pb2 import KasInstanceInfo
+from tether.pb.gitlab.agent.reverse_tunnel.rpc import rpc_pb2_grpc as tunnel_grpc
+from tether.tool.events import EventBus
+from tether.tool.expiring_hash import HashBackend
+from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_GITLAB, ISSUER_KAS, JwtServerInterceptor, JwtVerifier
+from tether.tool.memory_backend import MemoryBackend
+from tether.tool.redis_backend import RedisBackend
+from tether.tool.secrets import SecretError, load_base64_secret
+
+log = logging.getLogger(__name__)
+
+
+class KasStartError(RuntimeError):
+    """kas cannot start (bad secret, port in use, wildcard private address without OWN_PRIVATE_API_URL...)."""
+
+
+def own_private_api_url(config: KasConfig) -> str:
+    """This kas' private API URL: ``OWN_PRIVATE_API_URL``, else derived from the listen address (kas.md §2.7).
+
+    Raises:
+        KasStartError: the listen address is a wildcard and no URL was given.
+    """
+    explicit = os.environ.get("OWN_PRIVATE_API_URL")
+    if explicit:
+        return explicit
+    listen = config.private_api.listen
+    if listen.network == "unix":
+        return f"unix://{listen.address}"
+    host, _, port = listen.address.rpartition(":")
+    if host in ("", "0.0.0.0", "::", "[::]"):
+        raise KasStartError(
+            f"private_api.listen.address {listen.address!r} is a wildcard: set OWN_PRIVATE_API_URL "
+            "to the URL other kas instances should use, e.g. grpc://10.0.0.5:8155"
+        )
+    scheme = "grpcs" if listen.certificate_file else "grpc"
+    return f"{scheme}://{host}:{port}"
+
+
+def _redis_backend(config: KasConfig) -> HashBackend:
+    if config.redis is None:
+        return MemoryBackend()
+    cfg = config.redis
+    auth = ""
+    if cfg.password_file is not None:
+        password = cfg.password_file.read_text().strip()
+        auth = f"{cfg.username or ''}:{password}@"
+    elif cfg.username:
+        auth = f"{cfg.username}@"
+    if cfg.network == "unix":
+        url = f"unix://{auth}{cfg.server.address}?db={cfg.database_index}"
+    else:
+        url = f"redis://{auth}{cfg.server.address}/{cfg.database_index}"
+    return RedisBackend.from_url(url, dial_timeout_s=cfg.dial_timeout, write_timeout_s=cfg.write_timeout)
+
+
+def _server_options(max_message_size: int, max_connection_age_s: float) -> list[tuple[str, Any]]:
+    return [
+        ("grpc.max_receive_message_length", max_message_size),
+        ("grpc.max_send_message_length", max_message_size),
+        # kas.md §8.3: ping every 50 s; clients may ping every 20 s, also without calls.
+        ("grpc.keepalive_time_ms", 50_000),
+        ("grpc.http2.min_ping_interval_without_data_ms", 20_000),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.max_connection_age_ms", int(max_connection_age_s * 0.2 * 1000)),
+        ("grpc.max_connection_age_grace_ms", int(max_connection_age_s * 0.65 * 1000)),
+    ]
+
+
+def _bind(server: grpc.aio.Server, listen: ListenCF, name: str) -> int:
+    address = f"unix:{listen.address}" if listen.network == "unix" else listen.address
+    try:
+        if listen.certificate_file and listen.key_file:
+            credentials = grpc.ssl_server_credentials(
+                [(listen.key_file.read_bytes(), listen.certificate_file.read_bytes())]
+            )
+            port = server.add_secure_port(address, credentials)
+        else:
+            port = server.add_insecure_port(address)
+    except RuntimeError as exc:
+        raise KasStartError(f"{name} listener cannot listen on {listen.address}: {exc}") from exc
+    if port == 0 and listen.network != "unix":
+        raise KasStartError(f"{name} listener cannot listen on {listen.address} (address in use?)")
+    return port
+
+
+class KasApp:
+    """One kas instance.
+
+    Args:
+        config: the validated configuration.
+        commit: build identifier reported in ``KasInstanceInfo``.
+    """
+
+    def __init__(self, config: KasConfig, commit: str = "") -> None:
+        self.config = config
+        self.stopping = asyncio.Event()
+        self._listening = False
+        self._tasks: list[asyncio.Task[Any]] = []
+        try:
+            gitlab_secret = load_base64_secret(config.gitlab.authentication_secret_file, exact_length=32)
+            api_secret = load_base64_secret(config.api.listen.authentication_secret_file)
+            private_secret = load_base64_secret(config.private_api.listen.authentication_secret_file)
+        except SecretError as exc:
+            raise KasStartError(str(exc)) from exc
+        if private_secret in (api_secret, gitlab_secret):
+            raise KasStartError("private_api secret must differ from the api and gitlab secrets (only kas may know it)")
+        prefix = config.redis.key_prefix if config.redis else "gitlab-kas"
+        agent = config.agent
+        self.own_url = own_private_api_url(config)
+        self.backend = _redis_backend(config)
+        self.events = EventBus(self.backend, prefix)
+        self.tunnel_tracker = TunnelTracker(
+            self.backend, self.events, self.own_url, prefix, agent.redis_conn_info_ttl, agent.redis_conn_info_refresh
+        )
+        self.agent_tracker = AgentTracker(
+            self.backend,
+            self.events,
+            prefix,
+            agent.redis_conn_info_ttl,
+            agent.redis_conn_info_refresh,
+            agent.redis_conn_info_gc,
+        )
+        self.instances = KasInstanceRegistry(
+            self.backend, prefix, agent.redis_conn_info_ttl, agent.redis_conn_info_refresh
+        )
+        started_at = Timestamp()
+        started_at.GetCurrentTime()
+        self.instance_info = KasInstanceInfo(
+            version=__version__, commit=commit, private_api_url=self.own_url, started_at=started_at
+        )
+        self.registry = TunnelRegistry(self.tunnel_tracker)
+        self.notifier = TunnelNotifier()
+        self.events.on(TunnelsAvailable, lambda event: self.notifier.notify(event.agent_id, event.kas_url))
+        self.gateway = Gateway(self.registry)
+        self.pool = KasPool(
+            private_secret, config.private_api.listen.ca_certificate_file, agent.listen.max_message_size
+        )
+        routing = config.routing
+        self.router = Router(
+            self.own_url,
+            self.gateway,
+            self.pool,
+            self.tunnel_tracker,
+            self.notifier,
+            RoutingOptions(routing.tunnel_find_timeout, routing.try_new_kas_interval, routing.recheck_interval),
+        )
+        self.gitlab = GitlabClient(config.gitlab.address, gitlab_secret)
+        self.auth = AgentAuthenticator(
+            self.gitlab,
+            self.backend if hasattr(self.backend, "get_value") else None,  # type: ignore[arg-type]
+            prefix,
+            agent.info_cache_ttl,
+            agent.info_cache_error_ttl,
+        )
+        self._connected_agents = 0.0
+        self.metrics = CollectorRegistry()
+        self.metrics.register(
+            GaugeCollector(
+                {
+                    "tunnels_idle": (
+                        "Idle reverse tunnels held by this kas",
+                        lambda: float(self.registry.idle_count()),
+                    ),
+                    "tunnel_find_requests_waiting": (
+                        "Requests waiting for a tunnel on this kas",
+                        lambda: float(self.registry.waiting_count()),
+                    ),
+                    "connected_agents_count": ("Connected agents (all kas instances)", lambda: self._connected_agents),
+                }
+            )
+        )
+        self.observability = ObservabilityServer(
+            config.observability, [self._ready_probe, self._backend_probe], self.metrics
+        )
+        self.agent_server = self._agent_server()
+        self.api_server = self._api_server(api_secret)
+        self.private_server = self._private_server(private_secret)
+        self.ports: dict[str, int] = {}
+
+    def _agent_server(self) -> grpc.aio.Server:
+        listen = self.config.agent.listen
+        server = grpc.aio.server(options=_server_options(listen.max_message_size, listen.max_connection_age))
+        # Long polls (idle tunnels, config streams) end at 30 % of the max age, just after GOAWAY (kas.md §8.3).
+        rpc_age_s = listen.max_connection_age * 0.3
+        tunnel_grpc.add_ReverseTunnelServicer_to_server(
+            ReverseTunnelServicer(self.registry, self.auth, rpc_age_s), server
+        )
+        config_grpc.add_AgentConfigurationServicer_to_server(
+            AgentConfigurationServicer(
+                self.auth,
+                self.gitlab,
+                self.agent_tracker,
+                self.config.agent.configuration.poll_period,
+                rpc_age_s,
+                self.config.gitlab.external_url or self.config.gitlab.address,
+                self.stopping,
+            ),
+            server,
+        )
+        return server
+
+    def _api_server(self, secret: bytes) -> grpc.aio.Server:
+        listen = self.config.api.listen
+        server = grpc.aio.server(
+            options=_server_options(self.config.agent.listen.max_message_size, listen.max_connection_age),
+            interceptors=[JwtServerInterceptor(JwtVerifier(secret, AUDIENCE_KAS, ISSUER_GITLAB))],
+        )
+        tracker_grpc.add_AgentTrackerServicer_to_server(AgentTrackerServicer(self.agent_tracker), server)
+        server.add_generic_rpc_handlers([RoutedApiHandler(self.router, POD_METHODS)])
+        return server
+
+    def _private_server(self, secret: bytes) -> grpc.aio.Server:
+        listen = self.config.private_api.listen
+        server = grpc.aio.server(
+            options=_server_options(self.config.agent.listen.max_message_size, listen.max_connection_age),
+            interceptors=[JwtServerInterceptor(JwtVerifier(secret, AUDIENCE_KAS, ISSUER_KAS))],
+        )
+        server.add_generic_rpc_handlers([PrivateApiHandler(self.gateway)])
+        return server
+
+    async def _ready_probe(self) -> str | None:
+        if self.stopping.is_set():
+            return "shutting down"
+        return None if self._listening else "listeners not started"
+
+    async def _backend_probe(self) -> str | None:
+        await asyncio.wait_for(self.backend.ping(), timeout=2.0)
+        return None
+
+    async def start(self) -> None:
+        """Bind every listener and start background loops.
+
+        Raises:
+            KasStartError: a listener cannot bind.
+        """
+        await self.observability.start()
+        self.ports = {
+            "agent": _bind(self.agent_server, self.config.agent.listen, "agent"),
+            "api": _bind(self.api_server, self.config.api.listen, "api"),
+            "private_api": _bind(self.private_server, self.config.private_api.listen, "private_api"),
+        }
+        for server in (self.agent_server, self.api_server, self.private_server):
+            await server.start()
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self.events.run()),
+            loop.create_task(self.tunnel_tracker.run()),
+            loop.create_task(self.agent_tracker.run()),
+            loop.create_task(self.instances.run()),
+            loop.create_task(self._count_agents()),
+        ]
+        with contextlib.suppress(Exception):
+            await self.instances.register(self.instance_info)
+        self._listening = True
+        log.info("kas started", extra={"kas_url": self.own_url, "ports": self.ports})
+
+    async def _count_agents(self) -> None:
+        while True:
+            with contextlib.suppress(Exception):
+                self._connected_agents = float(await asyncio.wait_for(self.agent_tracker.connected_agent_count(), 1.0))
+            await asyncio.sleep(5.0)
+
+    async def stop(self) -> None:
+        """Shut down as described in the module docstring; safe to call twice."""
+        if self.stopping.is_set():
+            return
+        self.stopping.set()
+        began = time.monotonic()
+        await asyncio.sleep(self.config.agent.listen.listen_grace_period)
+        await self.registry.stop()
+        grace = self.config.routing.shutdown_grace_period
+        stopping_servers = asyncio.gather(
+            self.agent_server.stop(grace), self.api_server.stop(grace), self.private_server.stop(grace)
+        )
+        await asyncio.gather(
+            self.tunnel_tracker.clear(), self.agent_tracker.clear(), self.instances.clear(), return_exceptions=True
+        )
+        await stopping_servers
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.pool.close()
+        await self.gitlab.close()
+        await self.observability.stop()
+        await self.backend.close()
+        log.info("kas stopped in %.1fs", time.monotonic() - began)

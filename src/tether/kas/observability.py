@@ -1,0 +1,82 @@
+"""kas' observability listener: ``/metrics`` (Prometheus), ``/liveness`` and ``/readiness`` (kas.md §8.5).
+
+Readiness is true only when every probe passes: the state backend answers ``PING`` and every listener is
+up. A failing probe answers 503 with the reason, so an orchestrator's log shows what is wrong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator
+
+from aiohttp import web
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from tether.kas.config import ObservabilityCF
+
+#: A readiness probe returns None when healthy, else a short reason.
+Probe = Callable[[], Awaitable[str | None]]
+
+
+class GaugeCollector(Collector):
+    """Reports gauges computed on scrape from ``values`` (name to (help, value function))."""
+
+    def __init__(self, values: dict[str, tuple[str, Callable[[], float]]]) -> None:
+        self._values = values
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """Yield one gauge per configured value."""
+        for name, (help_text, value) in self._values.items():
+            yield GaugeMetricFamily(name, help_text, value=value())
+
+
+class ObservabilityServer:
+    """The HTTP server; ``registry`` holds this process' own gauges next to the global metrics.
+
+    Args:
+        config: the ``observability`` section.
+        probes: readiness probes.
+        registry: extra metrics of this kas.
+    """
+
+    def __init__(self, config: ObservabilityCF, probes: list[Probe], registry: CollectorRegistry) -> None:
+        self._config = config
+        self._probes = probes
+        self._registry = registry
+        self._runner: web.AppRunner | None = None
+        app = web.Application()
+        app.router.add_get(config.prometheus.url_path, self._metrics)
+        app.router.add_get(config.liveness_probe.url_path, self._liveness)
+        app.router.add_get(config.readiness_probe.url_path, self._readiness)
+        self._app = app
+
+    async def _metrics(self, _request: web.Request) -> web.Response:
+        body = generate_latest(REGISTRY) + generate_latest(self._registry)
+        return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+    async def _liveness(self, _request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def _readiness(self, _request: web.Request) -> web.Response:
+        for probe in self._probes:
+            try:
+                problem = await probe()
+            except Exception as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+            if problem is not None:
+                return web.Response(status=503, text=f"not ready: {problem}")
+        return web.Response(text="ok")
+
+    async def start(self) -> None:
+        """Start listening on the configured address (``host:port``)."""
+        self._runner = web.AppRunner(self._app, access_log=None)
+        await self._runner.setup()
+        host, _, port = self._config.listen.address.rpartition(":")
+        await web.TCPSite(self._runner, host or "0.0.0.0", int(port)).start()
+
+    async def stop(self) -> None:
+        """Stop the HTTP server."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
