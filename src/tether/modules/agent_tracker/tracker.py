@@ -1,0 +1,158 @@
+"""Agent tracker: which agentk connections (pods) exist, by agent id and by project id (kas.md §3.3).
+
+Redis layout (kas.md §3.3; ``<prefix>`` = kascfg ``redis.key_prefix``, default ``gitlab-kas``):
+
+- ``<prefix>:agent_tracker2:conn_by_agent_id:`` + int64-LE(agent_id): field = connection id (decimal),
+  payload = ``ConnectedAgentInfo``;
+- ``<prefix>:agent_tracker2:conn_by_project_id:`` + int64-LE(project_id): same fields and payloads;
+- ``<prefix>:agent_tracker2:connected_agents`` (one key): field = agent id (decimal), payload empty.
+
+Each value is wrapped in ``ExpiringValue`` (:mod:`tether.tool.expiring_hash`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from google.protobuf.message import DecodeError
+
+from tether.pb.gitlab.agent.agent_tracker.agent_tracker_pb2 import ConnectedAgentInfo
+from tether.pb.gitlab.agent.event.event_pb2 import AgentConnected, AgentDisconnected
+from tether.tool.events import EventBus
+from tether.tool.expiring_hash import DEFAULT_KEY_PREFIX, ExpiringHash, HashBackend, prefixed_int64_key, run_every
+
+_log = logging.getLogger(__name__)
+
+
+def _identity(key: bytes) -> bytes:
+    return key
+
+
+class AgentTracker:
+    """Registers this kas' agentk connections in the backend and answers who is connected (kas.md §3.3).
+
+    Args:
+        backend: Redis or memory storage.
+        events: where ``AgentConnected`` / ``AgentDisconnected`` are published (seed 000 "For both events kas
+            publishes a notification to a pub-sub channel").
+        key_prefix: kascfg ``redis.key_prefix``.
+        ttl_s: seconds a registration lives without refresh (``agent.redis_conn_info_ttl``, 300).
+        refresh_s: seconds between refreshes (``agent.redis_conn_info_refresh``, 240).
+        gc_s: seconds between GC rounds (``agent.redis_conn_info_gc``, 600).
+
+    Backend errors (``redis.exceptions.RedisError``, ``OSError``, ``ConnectionError``) propagate from every method
+    except :meth:`run`, which logs and retries.
+    """
+
+    def __init__(
+        self,
+        backend: HashBackend,
+        events: EventBus,
+        key_prefix: str = DEFAULT_KEY_PREFIX,
+        ttl_s: float = 300,
+        refresh_s: float = 240,
+        gc_s: float = 600,
+    ) -> None:
+        base = f"{key_prefix}:agent_tracker2".encode()
+        self._by_agent_prefix = base + b":conn_by_agent_id:"
+        self._by_project_prefix = base + b":conn_by_project_id:"
+        self._connected_agents_key = base + b":connected_agents"
+        self._events = events
+        self._refresh_s = refresh_s
+        self._gc_s = gc_s
+        # One hash family over all three keys, so a registration is one transaction (seed 000 "transactions").
+        self._hash: ExpiringHash[bytes] = ExpiringHash(backend, ttl_s, _identity)
+        self._backend = backend
+
+    def agent_key(self, agent_id: int) -> bytes:
+        """Return the raw key of the ``conn_by_agent_id`` hash of ``agent_id``."""
+        return prefixed_int64_key(self._by_agent_prefix, agent_id)
+
+    def project_key(self, project_id: int) -> bytes:
+        """Return the raw key of the ``conn_by_project_id`` hash of ``project_id``."""
+        return prefixed_int64_key(self._by_project_prefix, project_id)
+
+    @property
+    def connected_agents_key(self) -> bytes:
+        """The raw key of the ``connected_agents`` hash."""
+        return self._connected_agents_key
+
+    async def register_connection(self, info: ConnectedAgentInfo) -> None:
+        """Write ``info`` under its agent id, its project id and ``connected_agents`` in ONE transaction.
+
+        Upstream writes the three hashes with separate transactions (kas.md §3.3); seed 000 asks grouped items
+        to be written atomically with one expiry. Then publishes ``AgentConnected{info}``; a publish failure is
+        logged, not raised (the registration itself succeeded).
+        """
+        payload = info.SerializeToString()
+        connection = str(info.connection_id)
+        await self._hash.set_many(
+            [
+                (self.agent_key(info.agent_id), connection, payload),
+                (self.project_key(info.project_id), connection, payload),
+                (self._connected_agents_key, str(info.agent_id), b""),
+            ]
+        )
+        await self._publish(AgentConnected(info=info))
+
+    async def unregister_connection(self, info: ConnectedAgentInfo) -> None:
+        """HDEL the connection from both ``conn_by_*`` hashes and publish ``AgentDisconnected{info}``.
+
+        The ``connected_agents`` field is not deleted (another kas may hold a connection of that agent): it is
+        only forgotten, and only when this kas has no other connection of the agent, so it expires by itself
+        (kas.md §3.3).
+        """
+        connection = str(info.connection_id)
+        agent_key = self.agent_key(info.agent_id)
+        await self._hash.unset(agent_key, connection)
+        await self._hash.unset(self.project_key(info.project_id), connection)
+        if not self._hash.owned_fields(agent_key):
+            self._hash.forget(self._connected_agents_key, str(info.agent_id))
+        await self._publish(AgentDisconnected(info=info))
+
+    async def connections_by_agent_id(self, agent_id: int) -> list[ConnectedAgentInfo]:
+        """Return the live connections of ``agent_id`` registered by any kas, ordered by connection id."""
+        return await self._connections(self.agent_key(agent_id))
+
+    async def connections_by_project_id(self, project_id: int) -> list[ConnectedAgentInfo]:
+        """Return the live connections of agents of ``project_id``, ordered by (agent id, connection id)."""
+        return await self._connections(self.project_key(project_id))
+
+    async def connected_agent_count(self) -> int:
+        """Return ``HLEN connected_agents``: agents with a connection in the last TTL (kas.md §3.3 gauge)."""
+        return await self._backend.hlen(self._connected_agents_key)
+
+    async def refresh(self) -> int:
+        """Rewrite every registration of this kas with a fresh expiry; returns the number of fields written."""
+        return await self._hash.refresh()
+
+    async def gc(self) -> int:
+        """Delete expired fields (of any kas) from the hashes this kas writes to; returns how many."""
+        return await self._hash.gc()
+
+    async def clear(self) -> int:
+        """Delete every registration of this kas (clean shutdown, seed 000); returns how many fields it owned."""
+        return await self._hash.clear()
+
+    async def run(self) -> None:
+        """Refresh every ``refresh_s`` and GC every ``gc_s`` seconds until cancelled; errors are logged."""
+        async with asyncio.TaskGroup() as group:
+            group.create_task(run_every(self._refresh_s, self.refresh, "agent tracker refresh"))
+            group.create_task(run_every(self._gc_s, self.gc, "agent tracker GC"))
+
+    async def _connections(self, key: bytes) -> list[ConnectedAgentInfo]:
+        infos: list[ConnectedAgentInfo] = []
+        for field, payload in (await self._hash.scan(key)).items():
+            try:
+                infos.append(ConnectedAgentInfo.FromString(payload))
+            except DecodeError:
+                _log.warning("undecodable ConnectedAgentInfo in %r field %r; skipped", key, field)
+        infos.sort(key=lambda info: (info.agent_id, info.connection_id))
+        return infos
+
+    async def _publish(self, event: AgentConnected | AgentDisconnected) -> None:
+        try:
+            await self._events.publish(event)
+        except Exception:
+            _log.exception("publishing %s failed", event.DESCRIPTOR.name)

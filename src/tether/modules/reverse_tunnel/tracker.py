@@ -1,0 +1,95 @@
+"""Tunnel tracker: which kas instances hold tunnels of which agent (kas.md §3.2).
+
+Key ``<prefix>:tunnel_tracker2:kas_by_agent_id:`` + int64-LE(agent_id); field = a kas' private API URL; value =
+``ExpiringValue{expires_at, value = empty}``. The 5 s delayed unregistration (kas.md §1.6) belongs to the kas
+tunnel registry that calls :meth:`TunnelTracker.unregister`, not here.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from tether.pb.gitlab.agent.event.event_pb2 import TunnelsAvailable
+from tether.tool.events import EventBus
+from tether.tool.expiring_hash import DEFAULT_KEY_PREFIX, ExpiringHash, HashBackend, prefixed_int64_key, run_every
+
+_log = logging.getLogger(__name__)
+
+
+class TunnelTracker:
+    """Advertises in the backend that this kas has tunnels of an agent, and lists the kas URLs of an agent.
+
+    Args:
+        backend: Redis or memory storage.
+        events: where ``TunnelsAvailable`` is published on registration, so routing kas instances waiting for the
+            agent wake up (seed 000 "kas is notified of new agent connections via a pub-sub channel").
+        own_url: this kas' private API URL, e.g. ``grpc://10.0.0.5:8155`` (kas.md §2.7).
+        key_prefix: kascfg ``redis.key_prefix``.
+        ttl_s: seconds an entry lives without refresh (``agent.redis_conn_info_ttl``, 300).
+        refresh_s: seconds between refreshes (``agent.redis_conn_info_refresh``, 240).
+
+    Backend errors propagate from every method except :meth:`run`, which logs and retries.
+    """
+
+    def __init__(
+        self,
+        backend: HashBackend,
+        events: EventBus,
+        own_url: str,
+        key_prefix: str = DEFAULT_KEY_PREFIX,
+        ttl_s: float = 300,
+        refresh_s: float = 240,
+    ) -> None:
+        self._prefix = f"{key_prefix}:tunnel_tracker2:kas_by_agent_id:".encode()
+        self._events = events
+        self._own_url = own_url
+        self._refresh_s = refresh_s
+        self._hash: ExpiringHash[int] = ExpiringHash(backend, ttl_s, self.agent_key)
+
+    @property
+    def own_url(self) -> str:
+        """Return this kas' private API URL (the field it writes)."""
+        return self._own_url
+
+    def agent_key(self, agent_id: int) -> bytes:
+        """Return the raw key of the ``kas_by_agent_id`` hash of ``agent_id``."""
+        return prefixed_int64_key(self._prefix, agent_id)
+
+    async def register(self, agent_id: int) -> None:
+        """HSET own URL + PEXPIRE in one ``MULTI/EXEC``, then publish ``TunnelsAvailable{agent_id, kas_url}``.
+
+        Called for the first tunnel of an agent on this kas (kas.md §1.6, §3.2). A publish failure is logged,
+        not raised.
+        """
+        await self._hash.set(agent_id, self._own_url, b"")
+        try:
+            await self._events.publish(TunnelsAvailable(agent_id=agent_id, kas_url=self._own_url))
+        except Exception:
+            _log.exception("publishing TunnelsAvailable for agent %d failed", agent_id)
+
+    async def unregister(self, agent_id: int) -> None:
+        """HDEL this kas' field of ``agent_id`` (kas.md §3.2)."""
+        await self._hash.unset(agent_id, self._own_url)
+
+    async def kas_urls(self, agent_id: int) -> list[str]:
+        """Return the sorted private API URLs of the kas instances with tunnels of ``agent_id``.
+
+        Expired fields are skipped and pruned lazily (kas.md §3.2 "Query").
+        """
+        return sorted(await self._hash.scan(agent_id))
+
+    def registered_agents(self) -> frozenset[int]:
+        """Return the agent ids this kas currently advertises."""
+        return frozenset(self._hash.owned_keys())
+
+    async def refresh(self) -> int:
+        """Rewrite this kas' entries with a fresh expiry; returns the number of entries written."""
+        return await self._hash.refresh()
+
+    async def clear(self) -> int:
+        """Delete all entries of this kas (shutdown, kas.md §1.6 "Redis entries for all agents are deleted")."""
+        return await self._hash.clear()
+
+    async def run(self) -> None:
+        """Refresh every ``refresh_s`` seconds until cancelled; errors are logged and retried."""
+        await run_every(self._refresh_s, self.refresh, "tunnel tracker refresh")

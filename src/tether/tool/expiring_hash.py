@@ -1,0 +1,346 @@
+"""Expiring hash: Redis hashes with two-level expiry, and the storage protocol behind them.
+
+Rules (seed 000 "Each bit of information stored in Redis has an expiration time ... kas periodically writes
+the same information ... cleans up ... before it terminates ... Grouped data items must have the same
+expiration time"; kas.md §3.1):
+
+- every field value is a serialized ``ExpiringValue{expires_at (unix seconds), value}``;
+- every write also sets ``PEXPIRE`` on the whole hash key, so data of a crashed kas disappears by itself;
+- readers ignore expired fields and delete them lazily; GC deletes them in an optimistic transaction;
+- the writer keeps every field it owns in memory and periodically rewrites them with a fresh expiry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import struct
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterable, Mapping, Sequence
+from typing import Generic, Protocol, TypeVar
+
+from google.protobuf.message import DecodeError
+
+from tether.pb.gitlab.agent.redistool.redistool_pb2 import ExpiringValue, ExpiringValueTimestamp
+from tether.tool.backoff import Backoff
+
+_log = logging.getLogger(__name__)
+
+K = TypeVar("K", bound=Hashable)
+
+DEFAULT_KEY_PREFIX = "gitlab-kas"  # kascfg redis.key_prefix default (kas.md §3.2)
+
+# A GC transaction that keeps conflicting with writers is retried once, then left to the next round (kas.md §3.1).
+GC_ATTEMPTS = 2
+
+
+def prefixed_int64_key(prefix: bytes, value: int) -> bytes:
+    """Return ``prefix`` + the 8 raw bytes of ``value`` as int64 little-endian (kas.md §3.1 PrefixedInt64Key).
+
+    Raises:
+        struct.error: ``value`` does not fit in a signed 64-bit integer.
+    """
+    return prefix + struct.pack("<q", value)
+
+
+def expires_at_for(now_s: float, ttl_s: float) -> int:
+    """Return the ``ExpiringValue.expires_at`` (whole unix seconds) for a field written at ``now_s``.
+
+    Rounded up so that a field lives at least ``ttl_s`` seconds (kas.md §3.1 stores whole seconds).
+    """
+    return math.ceil(now_s + ttl_s)
+
+
+def is_expired(expires_at: int, now_s: float) -> bool:
+    """Return True when a field with ``expires_at`` (unix seconds) is expired at ``now_s`` (kas.md §3.1)."""
+    return expires_at < now_s
+
+
+def expired_fields(raw: Mapping[str, bytes], now_s: float) -> list[str]:
+    """Return the fields of ``raw`` (field -> stored ``ExpiringValue`` bytes) that are expired at ``now_s``.
+
+    Only the timestamp is decoded (``ExpiringValueTimestamp``); undecodable values are logged and left alone,
+    as upstream GC does (kas.md §3.1).
+    """
+    expired: list[str] = []
+    for field, stored in raw.items():
+        try:
+            stamp = ExpiringValueTimestamp.FromString(stored)
+        except DecodeError:
+            _log.warning("undecodable expiring value in field %r; leaving it", field)
+            continue
+        if is_expired(stamp.expires_at, now_s):
+            expired.append(field)
+    return expired
+
+
+GcHook = Callable[[bytes], Awaitable[None]]
+"""Test hook a backend awaits during GC between reading the hash and committing the HDEL (argument: the key)."""
+
+
+class HashBackend(Protocol):
+    """Storage primitive under :class:`ExpiringHash` and the event bus: Redis or process memory.
+
+    Keys are raw bytes (binary, kas.md §3.1 ``PrefixedInt64Key``); fields are text (decimal ids, URLs); values
+    are the raw stored bytes (``ExpiringValue`` serializations). Both implementations pass one contract suite
+    (``tests/integration/test_state_contract.py``). Redis failures surface as ``redis.exceptions.RedisError``
+    or ``OSError``; the memory backend raises ``ConnectionError`` once closed.
+    """
+
+    async def set_fields(self, writes: Sequence[tuple[bytes, Mapping[str, bytes]]], ttl_s: float) -> None:
+        """Atomically (one ``MULTI/EXEC``) HSET each key's fields, then PEXPIRE that key ``ttl_s`` seconds.
+
+        All keys of one call get the same expiry: grouped items expire together (seed 000, kas.md §3.1).
+        """
+        ...
+
+    async def delete_fields(self, key: bytes, fields: Sequence[str]) -> None:
+        """HDEL ``fields`` from ``key``; missing fields or keys are not an error."""
+        ...
+
+    async def scan(self, key: bytes) -> dict[str, bytes]:
+        """Return every field of ``key`` with its raw stored value (HSCAN until cursor 0); ``{}`` if missing."""
+        ...
+
+    async def gc(self, key: bytes, now_s: float) -> int:
+        """Delete the fields of ``key`` expired at ``now_s`` (unix seconds) in an optimistic transaction.
+
+        ``WATCH``, scan, ``MULTI HDEL EXEC``; on a conflict retry once (at most :data:`GC_ATTEMPTS` attempts),
+        then give up and return 0. Undecodable values are left alone (kas.md §3.1).
+
+        Returns:
+            the number of fields deleted.
+        """
+        ...
+
+    async def hlen(self, key: bytes) -> int:
+        """Return the number of fields of ``key`` (expired ones included, like ``HLEN``)."""
+        ...
+
+    async def publish(self, channel: str, payload: bytes) -> None:
+        """Publish ``payload`` on ``channel`` to every current subscriber (kas.md §3.5)."""
+        ...
+
+    def subscribe(self, channel: str, on_subscribed: Callable[[], None] | None = None) -> AsyncIterator[bytes]:
+        """Iterate over payloads published on ``channel`` after the subscription is registered.
+
+        ``on_subscribed`` is called each time the subscription is (re-)established, so callers know from when
+        on messages are seen. The iterator survives backend errors (Redis: reconnects with backoff 0.1 s to
+        10 s, logging each failure, kas.md §3.5) and ends only when cancelled or when the backend is closed.
+        """
+        ...
+
+    async def ping(self) -> None:
+        """Check the backend is reachable (the readiness probe, kas.md §3.1); raises on failure."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections; running subscriptions end."""
+        ...
+
+
+class ExpiringHash(Generic[K]):
+    """The fields one process wrote into one family of expiring hashes, mirrored in memory (kas.md §3.1).
+
+    ``key_for`` maps a key id (e.g. an agent id) to the raw hash key. The in-memory copy is what
+    :meth:`refresh` rewrites, which also rebuilds the data after the backend lost it (e.g. a Redis restart).
+    Writes are serialized by a lock so that a refresh never resurrects a field being unset.
+
+    Args:
+        backend: where the hashes live.
+        ttl_s: seconds until a written field (and its key) expires, e.g. 300 (kas.md §3.2, §3.3).
+        key_for: key id -> raw hash key bytes.
+        clock: unix time in seconds, for the per-field ``expires_at``; injectable for tests.
+    """
+
+    def __init__(
+        self,
+        backend: HashBackend,
+        ttl_s: float,
+        key_for: Callable[[K], bytes],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if ttl_s <= 0:
+            raise ValueError(f"ttl_s must be positive, got {ttl_s}")
+        self._backend = backend
+        self._ttl_s = ttl_s
+        self._key_for = key_for
+        self._clock = clock
+        self._owned: dict[K, dict[str, bytes]] = {}
+        self._lock = asyncio.Lock()
+
+    @property
+    def ttl_s(self) -> float:
+        """Seconds a written field lives without a refresh."""
+        return self._ttl_s
+
+    def key(self, key_id: K) -> bytes:
+        """Return the raw hash key of ``key_id``."""
+        return self._key_for(key_id)
+
+    async def set(self, key_id: K, field: str, value: bytes) -> None:
+        """Own ``field`` of ``key_id`` with payload ``value`` (bytes) and write it now; see :meth:`set_many`."""
+        await self.set_many([(key_id, field, value)])
+
+    async def set_many(self, items: Iterable[tuple[K, str, bytes]]) -> None:
+        """Own and write several ``(key_id, field, value)`` items in ONE transaction with one expiry (seed 000).
+
+        The items are recorded in memory first, so a failed write is repaired by the next :meth:`refresh`.
+
+        Raises:
+            the backend's error when the write fails.
+        """
+        entries = list(items)
+        if not entries:
+            return
+        async with self._lock:
+            for key_id, field, value in entries:
+                self._owned.setdefault(key_id, {})[field] = value
+            await self._write(entries, self._clock())
+
+    async def unset(self, key_id: K, field: str) -> None:
+        """Stop owning ``field`` of ``key_id`` and HDEL it now.
+
+        Raises:
+            the backend's error; the field is forgotten anyway and expires by itself.
+        """
+        async with self._lock:
+            self.forget(key_id, field)
+            await self._backend.delete_fields(self._key_for(key_id), [field])
+
+    def forget(self, key_id: K, field: str) -> None:
+        """Stop owning ``field`` of ``key_id`` without touching the backend: it expires after the TTL."""
+        fields = self._owned.get(key_id)
+        if fields is None:
+            return
+        fields.pop(field, None)
+        if not fields:
+            del self._owned[key_id]
+
+    def owned_fields(self, key_id: K) -> frozenset[str]:
+        """Return the fields of ``key_id`` this process owns."""
+        return frozenset(self._owned.get(key_id, ()))
+
+    def owned_keys(self) -> list[K]:
+        """Return the key ids under which this process owns at least one field."""
+        return list(self._owned)
+
+    def owned_count(self) -> int:
+        """Return the number of (key, field) items this process owns."""
+        return sum(len(fields) for fields in self._owned.values())
+
+    async def scan(self, key_id: K) -> dict[str, bytes]:
+        """Return field -> payload (the ``ExpiringValue.value`` bytes) of every unexpired field of ``key_id``.
+
+        Fields of every writer are returned, not only owned ones. Expired fields are removed with one HDEL;
+        undecodable values are skipped and left alone (kas.md §3.1).
+
+        Raises:
+            the backend's error.
+        """
+        key = self._key_for(key_id)
+        raw = await self._backend.scan(key)
+        now_s = self._clock()
+        live: dict[str, bytes] = {}
+        expired: list[str] = []
+        for field, stored in raw.items():
+            try:
+                decoded = ExpiringValue.FromString(stored)
+            except DecodeError:
+                _log.warning("undecodable expiring value in %r field %r; skipping it", key, field)
+                continue
+            if is_expired(decoded.expires_at, now_s):
+                expired.append(field)
+            else:
+                live[field] = decoded.value
+        if expired:
+            await self._backend.delete_fields(key, expired)
+        return live
+
+    async def refresh(self, now_s: float | None = None) -> int:
+        """Rewrite every owned field with ``expires_at = now + ttl`` and re-PEXPIRE its key, in ONE transaction.
+
+        Unlike upstream (which skips fields that stay valid past the next refresh, kas.md §3.1) every field is
+        rewritten: grouped items keep one expiry (seed 000) and data lost by the backend is fully rebuilt.
+
+        Args:
+            now_s: unix time in seconds to compute the expiry from; None means the clock.
+
+        Returns:
+            the number of fields written.
+
+        Raises:
+            the backend's error.
+        """
+        async with self._lock:
+            entries = [
+                (key_id, field, value) for key_id, fields in self._owned.items() for field, value in fields.items()
+            ]
+            if entries:
+                await self._write(entries, self._clock() if now_s is None else now_s)
+            return len(entries)
+
+    async def gc(self) -> int:
+        """Delete expired fields of every other writer from the keys this process owns (kas.md §3.1 GC).
+
+        Returns:
+            the number of fields deleted.
+
+        Raises:
+            the backend's error (keys after the failing one are not visited).
+        """
+        deleted = 0
+        for key_id in list(self._owned):
+            deleted += await self._backend.gc(self._key_for(key_id), self._clock())
+        return deleted
+
+    async def clear(self) -> int:
+        """Delete every owned field from the backend and forget them (clean shutdown, seed 000).
+
+        Keys are deleted concurrently; every key is attempted even when one fails.
+
+        Returns:
+            the number of fields that were owned.
+
+        Raises:
+            the first backend error, after all deletions were attempted.
+        """
+        async with self._lock:
+            owned, self._owned = self._owned, {}
+            results = await asyncio.gather(
+                *(self._backend.delete_fields(self._key_for(key_id), list(fields)) for key_id, fields in owned.items()),
+                return_exceptions=True,
+            )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return sum(len(fields) for fields in owned.values())
+
+    async def _write(self, entries: Sequence[tuple[K, str, bytes]], now_s: float) -> None:
+        expires_at = expires_at_for(now_s, self._ttl_s)
+        grouped: dict[bytes, dict[str, bytes]] = {}
+        for key_id, field, value in entries:
+            stored = ExpiringValue(expires_at=expires_at, value=value).SerializeToString()
+            grouped.setdefault(self._key_for(key_id), {})[field] = stored
+        await self._backend.set_fields(list(grouped.items()), self._ttl_s)
+
+
+async def run_every(period_s: float, action: Callable[[], Awaitable[object]], what: str) -> None:
+    """Await ``action`` every ``period_s`` seconds until cancelled (refresh and GC loops, kas.md §3.2, §3.3).
+
+    A failure is logged and retried sooner, with backoff from 1 s up to ``period_s``, so a short backend
+    outage does not let owned data expire before the next regular round.
+    """
+    backoff = Backoff(initial_s=min(1.0, period_s), max_s=period_s, jitter=0.2)
+    delay = period_s
+    while True:
+        await asyncio.sleep(delay)
+        try:
+            await action()
+        except Exception:
+            delay = min(backoff.next_delay(), period_s)
+            _log.exception("%s failed; retrying in %.1f s", what, delay)
+        else:
+            backoff.reset()
+            delay = period_s
