@@ -43,6 +43,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 def ensure_port_free(port: int, host: str = "127.0.0.1", owner: str = "server") -> None:
     """Raise :class:`PortInUse` naming ``owner`` when ``host:port`` cannot be bound."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # Servers set SO_REUSEADDR too, so a port held only by closed (TIME_WAIT) connections is free for them.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError as exc:

@@ -190,7 +190,7 @@ class KasApp:
         self.gitlab = GitlabClient(config.gitlab.address, gitlab_secret)
         self.auth = AgentAuthenticator(
             self.gitlab,
-            self.backend if hasattr(self.backend, "get_value") else None,  # type: ignore[arg-type]
+            self.backend,
             prefix,
             agent.info_cache_ttl,
             agent.info_cache_error_ttl,
@@ -291,11 +291,27 @@ class KasApp:
             loop.create_task(self.agent_tracker.run()),
             loop.create_task(self.instances.run()),
             loop.create_task(self._count_agents()),
+            loop.create_task(self._rebuild_after_reconnect()),
         ]
         with contextlib.suppress(Exception):
             await self.instances.register(self.instance_info)
         self._listening = True
         log.info("kas started", extra={"kas_url": self.own_url, "ports": self.ports})
+
+    async def _rebuild_after_reconnect(self) -> None:
+        # A re-subscription means Redis was unreachable, maybe restarted empty: re-write our state now
+        # instead of waiting for the next periodic refresh.
+        seen = 1
+        while True:
+            await self.events.wait_subscribed(seen + 1)
+            seen = self.events.subscriptions
+            results = await asyncio.gather(
+                self.tunnel_tracker.refresh(),
+                self.agent_tracker.refresh(),
+                self.instances.refresh(),
+                return_exceptions=True,
+            )
+            log.info("state re-written after reconnecting to Redis: %s", results)
 
     async def _count_agents(self) -> None:
         while True:

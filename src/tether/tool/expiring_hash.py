@@ -131,6 +131,14 @@ class HashBackend(Protocol):
         """
         ...
 
+    async def get_value(self, key: bytes) -> bytes | None:
+        """Return the plain value under ``key`` or None (Redis ``GET``)."""
+        ...
+
+    async def set_value(self, key: bytes, value: bytes, ttl_s: float) -> None:
+        """Store a plain value for ``ttl_s`` seconds (Redis ``SET ... PX``)."""
+        ...
+
     async def ping(self) -> None:
         """Check the backend is reachable (the readiness probe, kas.md §3.1); raises on failure."""
         ...

@@ -38,6 +38,7 @@ class MemoryBackend:
         # Bumped on every change of a key, expiry included: what Redis WATCH observes.
         self._versions: dict[bytes, int] = {}
         self._subscribers: dict[str, set[asyncio.Queue[bytes | None]]] = {}
+        self._values: dict[bytes, tuple[float, bytes]] = {}
         self._closed = False
 
     def _check_open(self) -> None:
@@ -133,6 +134,20 @@ class MemoryBackend:
                 yield payload
         finally:
             subscribers.discard(queue)
+
+    async def get_value(self, key: bytes) -> bytes | None:
+        """Return the plain value stored under ``key``, or None when absent or expired (Redis ``GET``)."""
+        self._check_open()
+        entry = self._values.get(key)
+        if entry is None or entry[0] <= self._clock():
+            self._values.pop(key, None)
+            return None
+        return entry[1]
+
+    async def set_value(self, key: bytes, value: bytes, ttl_s: float) -> None:
+        """Store a plain value for ``ttl_s`` seconds (Redis ``SET key value PX``)."""
+        self._check_open()
+        self._values[key] = (self._clock() + ttl_s, value)
 
     async def ping(self) -> None:
         """Raise ``ConnectionError`` once closed."""

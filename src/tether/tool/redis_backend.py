@@ -198,6 +198,15 @@ class RedisBackend:
             _log.warning("subscription to %r failed (%s); re-subscribing in %.2f s", channel, failure, delay)
             await asyncio.sleep(delay)
 
+    async def get_value(self, key: bytes) -> bytes | None:
+        """Return the plain value stored under ``key`` (``GET``), or None."""
+        value = await self._client.get(key)
+        return value if isinstance(value, bytes) else None
+
+    async def set_value(self, key: bytes, value: bytes, ttl_s: float) -> None:
+        """Store a plain value for ``ttl_s`` seconds (``SET key value PX``); used for cached refusals (kas.md §3.4)."""
+        await self._client.set(key, value, px=max(1, int(ttl_s * 1000)))
+
     async def ping(self) -> None:
         """``PING``; raises the client's error when Redis is unreachable."""
         await self._client.ping()
