@@ -1,1 +1,1 @@
-pytest_plugins = ["tests.fixtures.servers", "tests.fixtures.k8s"]
+pytest_plugins = ["tests.fixtures.servers", "tests.fixtures.k8s", "tests.fixtures.hub_stub", "tests.fixtures.system"]

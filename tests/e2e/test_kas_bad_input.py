@@ -1,0 +1,225 @@
+"""Bad input to a real kas process gets a clear status and leaks nothing (issue 3 acceptance).
+
+Each case talks to the process over its real listeners with real gRPC clients; afterwards the registry
+gauges show no leaked tunnel or waiting request and the process is still ready.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from collections.abc import AsyncIterator
+
+import grpc
+import pytest
+
+from tests.fixtures.hub_stub import HubStub
+from tests.fixtures.system import KasProc, System
+from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2 as config_pb2
+from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2_grpc as config_grpc
+from tether.pb.gitlab.agent.agent_tracker.rpc import rpc_pb2 as tracker_pb2
+from tether.pb.gitlab.agent.agent_tracker.rpc import rpc_pb2_grpc as tracker_grpc
+from tether.pb.gitlab.agent.reverse_tunnel.info import info_pb2
+from tether.pb.gitlab.agent.reverse_tunnel.rpc import rpc_pb2 as tunnel_pb2
+from tether.pb.gitlab.agent.reverse_tunnel.rpc import rpc_pb2_grpc as tunnel_grpc
+from tether.tool.jwt_auth import AUDIENCE_GITLAB, AUDIENCE_KAS, ISSUER_GITLAB, ISSUER_KAS, mint
+
+TOKEN = "good-agent-token-123456"
+AGENT_ID = 41
+
+
+@pytest.fixture
+def kas(system: System, hub_stub: HubStub) -> KasProc:
+    hub_stub.add_agent(TOKEN, AGENT_ID, 7)
+    return system.kas(redis=False, agent={"listen": {"max_message_size": 65536}})
+
+
+def _bearer(token: str) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {token}"),)
+
+
+def assert_no_leaks(kas: KasProc) -> None:
+    assert kas.gauge("tunnels_idle") == 0
+    assert kas.gauge("tunnel_find_requests_waiting") == 0
+    assert kas.readiness()[0] == 200
+
+
+def _secret(path: str) -> bytes:
+    with open(path) as handle:
+        return base64.b64decode(handle.read())
+
+
+def _api_secret(kas: KasProc) -> bytes:
+    return _secret(kas.config["api"]["listen"]["authentication_secret_file"])
+
+
+def _private_secret(kas: KasProc) -> bytes:
+    return _secret(kas.config["private_api"]["listen"]["authentication_secret_file"])
+
+
+async def _tracker_call(kas: KasProc, token: str) -> grpc.aio.AioRpcError | None:
+    async with grpc.aio.insecure_channel(kas.api_target) as channel:
+        stub = tracker_grpc.AgentTrackerStub(channel)
+        try:
+            await stub.GetConnectedAgents(
+                tracker_pb2.GetConnectedAgentsRequest(agent_id=1), metadata=_bearer(token), timeout=5
+            )
+        except grpc.aio.AioRpcError as exc:
+            return exc
+    return None
+
+
+@pytest.mark.parametrize(
+    ("case", "make_token"),
+    [
+        ("valid", lambda s: mint(s, ISSUER_GITLAB, AUDIENCE_KAS, 30)),
+        ("expired", lambda s: mint(s, ISSUER_GITLAB, AUDIENCE_KAS, 30, now=time.time() - 3600)),
+        ("wrong audience", lambda s: mint(s, ISSUER_GITLAB, AUDIENCE_GITLAB, 30)),
+        ("wrong issuer", lambda s: mint(s, "someone", AUDIENCE_KAS, 30)),
+        ("wrong secret", lambda s: mint(b"x" * 32, ISSUER_GITLAB, AUDIENCE_KAS, 30)),
+        ("not a jwt", lambda s: "garbage"),
+    ],
+)
+async def test_api_listener_checks_jwt(kas: KasProc, case: str, make_token) -> None:  # type: ignore[no-untyped-def]
+    error = await _tracker_call(kas, make_token(_api_secret(kas)))
+    if case == "valid":
+        assert error is None
+    else:
+        assert error is not None and error.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert "JWT validation failed" in (error.details() or "")
+    assert_no_leaks(kas)
+
+
+async def _private_call(kas: KasProc, metadata: tuple[tuple[str, str], ...]) -> grpc.aio.AioRpcError:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{kas.ports['private_api']}") as channel:
+        call = channel.stream_stream("/gitlab.agent.pods.rpc.Pods/GetPods")(metadata=metadata, timeout=5)
+        with pytest.raises(grpc.aio.AioRpcError) as failure:
+            async for _ in call:
+                pass
+        return failure.value
+
+
+@pytest.mark.parametrize(
+    ("case", "secret_of", "issuer", "routing", "code", "text"),
+    [
+        (
+            "api secret on private api",
+            "api",
+            ISSUER_KAS,
+            "41",
+            grpc.StatusCode.UNAUTHENTICATED,
+            "JWT validation failed",
+        ),
+        ("hub issuer", "private", ISSUER_GITLAB, "41", grpc.StatusCode.UNAUTHENTICATED, "JWT validation failed"),
+        ("missing agent id", "private", ISSUER_KAS, None, grpc.StatusCode.INVALID_ARGUMENT, "kas-hop-routing-agent-id"),
+        ("malformed agent id", "private", ISSUER_KAS, "4x", grpc.StatusCode.INVALID_ARGUMENT, "positive decimal"),
+        ("negative agent id", "private", ISSUER_KAS, "-3", grpc.StatusCode.INVALID_ARGUMENT, "positive decimal"),
+    ],
+)
+async def test_private_api_rejects(  # type: ignore[no-untyped-def]
+    kas: KasProc, case: str, secret_of: str, issuer: str, routing: str | None, code, text: str
+) -> None:
+    secret = _api_secret(kas) if secret_of == "api" else _private_secret(kas)
+    metadata = _bearer(mint(secret, issuer, AUDIENCE_KAS, 5))
+    if routing is not None:
+        metadata += (("kas-hop-routing-agent-id", routing),)
+    error = await _private_call(kas, metadata)
+    assert error.code() == code, error.details()
+    assert text in (error.details() or "")
+    assert_no_leaks(kas)
+
+
+async def test_duplicate_routing_agent_id_is_rejected(kas: KasProc) -> None:
+    metadata = _bearer(mint(_private_secret(kas), ISSUER_KAS, AUDIENCE_KAS, 5))
+    metadata += (("kas-hop-routing-agent-id", "1"), ("kas-hop-routing-agent-id", "2"))
+    error = await _private_call(kas, metadata)
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert_no_leaks(kas)
+
+
+async def _connect(kas: KasProc, token: str, messages: list[tunnel_pb2.ConnectRequest]) -> grpc.aio.AioRpcError | None:
+    async def requests() -> AsyncIterator[tunnel_pb2.ConnectRequest]:
+        for message in messages:
+            yield message
+
+    async with grpc.aio.insecure_channel(kas.agent_address.removeprefix("grpc://")) as channel:
+        call = tunnel_grpc.ReverseTunnelStub(channel).Connect(requests(), metadata=_bearer(token), timeout=3)
+        try:
+            async for _ in call:
+                pass
+        except grpc.aio.AioRpcError as exc:
+            return exc
+    return None
+
+
+DESCRIPTOR = tunnel_pb2.ConnectRequest(
+    descriptor=tunnel_pb2.Descriptor(
+        agent_descriptor=info_pb2.AgentDescriptor(
+            services=[info_pb2.Service(name="gitlab.agent.pods.rpc.Pods", methods=[info_pb2.Method(name="GetPods")])]
+        )
+    )
+)
+
+
+async def test_unknown_agent_token_is_unauthenticated_and_registers_nothing(kas: KasProc) -> None:
+    error = await _connect(kas, "no-such-token", [DESCRIPTOR])
+    assert error is not None and error.code() == grpc.StatusCode.UNAUTHENTICATED
+    async with grpc.aio.insecure_channel(kas.agent_address.removeprefix("grpc://")) as channel:
+        stream = config_grpc.AgentConfigurationStub(channel).GetConfiguration(
+            config_pb2.ConfigurationRequest(), metadata=_bearer("no-such-token"), timeout=3
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as failure:
+            async for _ in stream:
+                pass
+    assert failure.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert kas.gauge("connected_agents_count") == 0
+    assert_no_leaks(kas)
+
+
+async def test_missing_token_is_unauthenticated(kas: KasProc) -> None:
+    async with grpc.aio.insecure_channel(kas.agent_address.removeprefix("grpc://")) as channel:
+        call = tunnel_grpc.ReverseTunnelStub(channel).Connect(iter([DESCRIPTOR]), timeout=3)
+        with pytest.raises(grpc.aio.AioRpcError) as failure:
+            async for _ in call:
+                pass
+    assert failure.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert "authorization" in (failure.value.details() or "")
+
+
+async def test_header_before_descriptor_is_rejected(kas: KasProc) -> None:
+    header_first = tunnel_pb2.ConnectRequest(header=tunnel_pb2.Header())
+    error = await _connect(kas, TOKEN, [header_first])
+    assert error is not None and error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "descriptor" in (error.details() or "")
+    assert_no_leaks(kas)
+
+
+async def test_oversized_message_is_rejected(kas: KasProc) -> None:
+    huge = tunnel_pb2.ConnectRequest(
+        descriptor=tunnel_pb2.Descriptor(
+            agent_descriptor=info_pb2.AgentDescriptor(services=[info_pb2.Service(name="x" * 100_000)])
+        )
+    )
+    error = await _connect(kas, TOKEN, [huge])
+    assert error is not None and error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert_no_leaks(kas)
+
+
+async def test_agent_disconnect_drops_idle_tunnel_at_once(kas: KasProc) -> None:
+    async def hold() -> AsyncIterator[tunnel_pb2.ConnectRequest]:
+        yield DESCRIPTOR
+        await asyncio.sleep(3600)
+
+    async with grpc.aio.insecure_channel(kas.agent_address.removeprefix("grpc://")) as channel:
+        call = tunnel_grpc.ReverseTunnelStub(channel).Connect(hold(), metadata=_bearer(TOKEN))
+        deadline = time.monotonic() + 10
+        while kas.gauge("tunnels_idle") != 1:
+            assert time.monotonic() < deadline, "tunnel never registered"
+            await asyncio.sleep(0.05)
+        call.cancel()
+    deadline = time.monotonic() + 10
+    while kas.gauge("tunnels_idle") != 0:
+        assert time.monotonic() < deadline, "tunnel not dropped after the agent disconnected"
+        await asyncio.sleep(0.05)
+    assert_no_leaks(kas)
