@@ -16,6 +16,7 @@ from google.rpc import status_pb2
 
 from tether.modules.reverse_tunnel.tunnel import ValuesMap
 from tether.modules.routing.gateway import Gateway, GatewayError
+from tether.modules.routing.metadata import ROUTING_AGENT_ID_KEY, routing_agent_id
 from tether.modules.routing.router import Router, RoutingError
 from tether.pb.gitlab.agent.kas import kasapp_pb2
 from tether.tool.grpc_meta import STATUS_DETAILS_KEY, Metadata, code_from_int, values_to_meta
@@ -111,7 +112,12 @@ AgentIdFromRequest = Callable[[bytes], int]
 
 
 class RoutedApiHandler(grpc.GenericRpcHandler):
-    """Routes selected methods on a kas listener to the agent named in the request (seed 001 schema).
+    """Routes calls on a kas listener to agents (seed 001 "High level schema").
+
+    Methods in ``methods`` name their agent in the request message (e.g. ``GetPodsRequest.agent_id``).
+    Any other method is routed when the caller names the agent in ``kas-hop-routing-agent-id`` metadata,
+    so the hub can call every agent API as if agentk were a plain gRPC server (a Tether addition; upstream
+    reaches that generic entry point only from inside kas).
 
     Args:
         router: the routing kas.
@@ -126,18 +132,24 @@ class RoutedApiHandler(grpc.GenericRpcHandler):
         """Return a raw stream handler for the configured methods, None for others."""
         full_method = handler_call_details.method
         agent_id_of = self._methods.get(full_method)
-        if agent_id_of is None:
+        metadata = handler_call_details.invocation_metadata or ()
+        if agent_id_of is None and not any(k == ROUTING_AGENT_ID_KEY for k, _ in metadata):
             return None
 
         async def handle(_requests: Any, context: RawContext) -> None:
-            first: Any = await context.read()
-            if first is grpc.aio.EOF:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "request message expected")
+            first: list[bytes] = []
             try:
-                agent_id = agent_id_of(first)
+                if agent_id_of is None:
+                    agent_id = routing_agent_id(context.invocation_metadata())
+                else:
+                    message: Any = await context.read()
+                    if message is grpc.aio.EOF:
+                        raise ValueError("request message expected")
+                    first.append(message)
+                    agent_id = agent_id_of(message)
             except ValueError as exc:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-            caller = ServicerCaller(context, [first])
+            caller = ServicerCaller(context, first)
             try:
                 status = await self._router.route(
                     agent_id, full_method, context.invocation_metadata(), caller, context.time_remaining()
