@@ -7,6 +7,7 @@ import sys
 import click
 
 from tether import __version__
+from tether.agentk.command import agentk_command
 from tether.devenv.assets import AssetsMissing
 from tether.devenv.build import BuildError
 from tether.devenv.commands import console, dev, print_access, start_cluster, wait_for_exit
@@ -38,6 +39,7 @@ def up(nodes: int) -> None:
 
 cli.add_command(dev)
 cli.add_command(kas_command)
+cli.add_command(agentk_command)
 
 
 def main() -> None:

@@ -45,7 +45,9 @@ class KasApiClient:
         response = await self._tracker.GetConnectedAgents(request, metadata=self._metadata(), timeout=timeout_s)
         return list(response.agents)
 
-    async def connected_agents_by_project_id(self, project_id: int, timeout_s: float = 10.0) -> list[ConnectedAgentInfo]:
+    async def connected_agents_by_project_id(
+        self, project_id: int, timeout_s: float = 10.0
+    ) -> list[ConnectedAgentInfo]:
         """Every connection of every agent of project ``project_id``. Raises grpc.aio.AioRpcError."""
         request = tracker_pb2.GetConnectedAgentsRequest(project_id=project_id)
         response = await self._tracker.GetConnectedAgents(request, metadata=self._metadata(), timeout=timeout_s)

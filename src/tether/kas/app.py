@@ -102,7 +102,8 @@ def _server_options(max_message_size: int, max_connection_age_s: float) -> list[
         ("grpc.max_send_message_length", max_message_size),
         # kas.md §8.3: ping every 50 s; clients may ping every 20 s, also without calls.
         ("grpc.keepalive_time_ms", 50_000),
-        ("grpc.http2.min_ping_interval_without_data_ms", 20_000),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", 20_000),
+        ("grpc.http2.max_ping_strikes", 0),
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.max_connection_age_ms", int(max_connection_age_s * 0.2 * 1000)),
         ("grpc.max_connection_age_grace_ms", int(max_connection_age_s * 0.65 * 1000)),

@@ -93,6 +93,7 @@ class JwtServerInterceptor(grpc.aio.ServerInterceptor):
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        """Check the caller's JWT before the method handler is looked up."""
         try:
             self._verifier.check_metadata(handler_call_details.invocation_metadata)
         except JwtError as exc:

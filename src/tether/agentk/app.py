@@ -1,0 +1,225 @@
+"""The agentk process: wires the internal server, modules, kas connection and observability together.
+
+Start order follows upstream (kas.md §6.4): internal gRPC server with the module APIs -> reverse tunnel
+pool ("after servers": the descriptor lists every registered API) -> configuration watcher. Shutdown runs
+in reverse; in-flight tunnelled calls get a grace period (kas.md §8.6).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import signal
+import sys
+from collections.abc import MutableMapping
+from typing import Any
+
+import grpc
+import structlog
+from aiohttp import web
+from grpc import aio
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
+
+from tether import __version__
+from tether.agentk.config import AgentkConfig
+from tether.agentk.internal_server import InternalServer
+from tether.kube.client import KubeClient, KubeError, ServerVersion
+from tether.kube.kubeconfig import load_credentials
+from tether.modules.agent_configuration.agent_watcher import ConfigurationWatcher, build_agent_meta
+from tether.modules.pods.agent import PodsServicer
+from tether.modules.reverse_tunnel.agent_connection import ConnectedTunnels, TunnelConnection
+from tether.modules.reverse_tunnel.agent_pool import ConnectionPool, PooledConnection, TunnelListener
+from tether.pb.gitlab.agent.agentcfg import agentcfg_pb2
+from tether.pb.gitlab.agent.pods.rpc import rpc_pb2_grpc as pods_grpc
+
+__all__ = ["AgentkApp", "configure_logging"]
+
+_log = structlog.get_logger(__name__)
+
+#: Seconds to wait for the cluster's /version at start-up (AgentMeta.kubernetes_version is optional).
+KUBE_VERSION_TIMEOUT_S = 10.0
+
+
+class _LogContext:
+    """structlog processor adding process-wide fields (``agent_id`` once known) to every event."""
+
+    def __init__(self) -> None:
+        self.fields: dict[str, Any] = {}
+
+    def __call__(self, _logger: Any, _method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+        for key, value in self.fields.items():
+            event.setdefault(key, value)
+        return event
+
+
+_log_context = _LogContext()
+
+
+def configure_logging(level: str = "info") -> None:
+    """Log one JSON object per line to stderr, with level, ISO timestamp and ``agent_id`` where known.
+
+    Raises:
+        ValueError: unknown ``level``.
+    """
+    numeric = logging.getLevelName(level.upper())
+    if not isinstance(numeric, int):
+        raise ValueError(f"unknown log level {level!r}")
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            _log_context,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+
+
+class AgentkApp:
+    """One agentk process.
+
+    Args:
+        config: parsed flags and environment (``tether.agentk.config``).
+    """
+
+    def __init__(self, config: AgentkConfig) -> None:
+        self._config = config
+        self._connected = ConnectedTunnels()
+        self._watcher: ConfigurationWatcher | None = None
+        self._pool: ConnectionPool | None = None
+        self.registry = CollectorRegistry()
+        self._register_metrics()
+
+    def readiness(self) -> str | None:
+        """None when ready (a configuration arrived and a tunnel is connected), else the reason why not."""
+        if self._watcher is None or not self._watcher.has_configuration:
+            return "no agent configuration received from kas yet"
+        if self._connected.value < 1:
+            return "no reverse tunnel connected to kas"
+        return None
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Run until ``stop`` is set, or until SIGTERM/SIGINT when ``stop`` is None.
+
+        Raises:
+            tether.kube.kubeconfig.KubeConfigError: Kubernetes credentials cannot be loaded.
+            OSError: the observability address cannot be bound.
+        """
+        if stop is None:
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, stop.set)
+        config = self._config
+        kube = KubeClient(load_credentials(config.kubeconfig))
+        message_limits = [
+            ("grpc.max_receive_message_length", config.max_receive_message_bytes),
+            ("grpc.max_send_message_length", config.max_send_message_bytes),
+        ]
+        internal = InternalServer(options=message_limits)
+        internal.add_servicer(pods_grpc.add_PodsServicer_to_server, PodsServicer(kube))
+        async with contextlib.AsyncExitStack() as stack:
+            stack.push_async_callback(kube.close)
+            await internal.start()
+            stack.push_async_callback(internal.stop, 1.0)
+            descriptor = internal.descriptor()
+            _log.info("internal_server_started", services=[s.name for s in descriptor.services])
+
+            kas_channel = self._kas_channel()
+            stack.push_async_callback(kas_channel.close)
+            web_runner = await self._start_observability()
+            stack.push_async_callback(web_runner.cleanup)
+
+            metadata = config.call_metadata()
+
+            def new_connection(listener: TunnelListener) -> PooledConnection:
+                return TunnelConnection(
+                    kas_channel, internal.channel, descriptor, listener, metadata=metadata, connected=self._connected
+                )
+
+            self._pool = ConnectionPool(new_connection)
+            self._pool.start()
+            stack.push_async_callback(self._pool.stop, config.shutdown_grace_s)
+
+            agent_meta = build_agent_meta(await _kube_version(kube))
+            self._watcher = ConfigurationWatcher(kas_channel, agent_meta, self._on_configuration, metadata=metadata)
+            watcher_task = asyncio.create_task(self._watcher.run(), name="configuration-watcher")
+            stack.push_async_callback(_cancel_and_wait, watcher_task)
+            _log.info("agentk_started", version=__version__, kas=config.kas.target, pod=agent_meta.pod_name)
+
+            await stop.wait()
+            _log.info("agentk_stopping", grace_s=config.shutdown_grace_s)
+        _log.info("agentk_stopped")
+
+    def _on_configuration(self, configuration: agentcfg_pb2.AgentConfiguration) -> None:
+        # Modules that consume the configuration subscribe here as they are added (kas.md §6.3 "Apply").
+        _log_context.fields["agent_id"] = configuration.agent_id
+
+    def _kas_channel(self) -> aio.Channel:
+        config = self._config
+        options = [*config.channel_options(), ("grpc.primary_user_agent", f"tether-agentk/{__version__}")]
+        if config.kas.tls:
+            credentials = grpc.ssl_channel_credentials(root_certificates=config.ca_cert)
+            return aio.secure_channel(config.kas.target, credentials, options=options)
+        return aio.insecure_channel(config.kas.target, options=options)
+
+    async def _start_observability(self) -> web.AppRunner:
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/liveness", self._liveness)
+        app.router.add_get("/readiness", self._readiness)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        host = self._config.observability_host or None
+        site = web.TCPSite(runner, host, self._config.observability_port)
+        try:
+            await site.start()
+        except OSError:
+            await runner.cleanup()
+            raise
+        _log.info("observability_listening", host=host or "*", port=self._config.observability_port)
+        return runner
+
+    async def _metrics(self, _request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _liveness(self, _request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def _readiness(self, _request: web.Request) -> web.Response:
+        # Like upstream's probes (kas.md §8.5): 500 with the reason when not ready.
+        reason = self.readiness()
+        return web.Response(text="ok\n") if reason is None else web.Response(status=500, text=reason + "\n")
+
+    def _register_metrics(self) -> None:
+        gauges = {
+            "tether_agentk_tunnels_idle": ("Reverse tunnel connections waiting for a request.", "idle"),
+            "tether_agentk_tunnels_active": ("Reverse tunnel connections carrying a request.", "active"),
+        }
+        for name, (help_text, field) in gauges.items():
+            Gauge(name, help_text, registry=self.registry).set_function(functools.partial(self._pool_count, field))
+        Gauge(
+            "tether_agentk_tunnels_connected", "Reverse tunnels with an open Connect stream.", registry=self.registry
+        ).set_function(lambda: float(self._connected.value))
+
+    def _pool_count(self, field: str) -> float:
+        return float(getattr(self._pool.stats, field)) if self._pool is not None else 0.0
+
+
+async def _cancel_and_wait(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.wait({task})
+
+
+async def _kube_version(kube: KubeClient) -> ServerVersion | None:
+    try:
+        return await asyncio.wait_for(kube.server_version(), KUBE_VERSION_TIMEOUT_S)
+    except (KubeError, TimeoutError) as exc:
+        _log.warning("kubernetes_version_unavailable", error=str(exc))
+        return None

@@ -1,0 +1,192 @@
+"""agentk's internal gRPC server: modules register the APIs kas calls through reverse tunnels.
+
+Upstream runs it in memory (kas.md §0.1, seed 001 "agentk startup"); grpcio has no in-process
+transport, so this is a ``grpc.aio`` server on a unix domain socket in a private temporary directory,
+plus one client channel to it. The services registered here form the ``AgentDescriptor`` a tunnel
+advertises (kas.md §1.4 "Which services are advertised").
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf import descriptor_pool
+from grpc import aio
+
+from tether.pb.gitlab.agent.reverse_tunnel.info import info_pb2
+
+__all__ = ["InternalServer"]
+
+S = TypeVar("S")
+
+#: The tunnel module is a client of kas, never served here, so it must not advertise itself (kas.md §1.4).
+_NEVER_ADVERTISED_PREFIX = "gitlab.agent.reverse_tunnel."
+
+
+class InternalServer:
+    """The internal gRPC server and a channel to it.
+
+    Register every module API before :meth:`start`; :meth:`descriptor` then lists exactly what was
+    registered. Use it inside a running event loop.
+
+    Args:
+        options: extra ``grpc.aio`` options for both server and channel, e.g.
+            ``[("grpc.max_receive_message_length", 10485760)]`` (bytes).
+    """
+
+    def __init__(self, options: Sequence[tuple[str, Any]] = ()) -> None:
+        self._options = list(options)
+        self._server = aio.server(options=self._options)
+        self._services: dict[str, list[str]] = {}
+        self._directory: Path | None = None
+        self._channel: aio.Channel | None = None
+        self._started = False
+
+    def add_servicer(self, register_fn: Callable[[S, Any], None], servicer: S) -> None:
+        """Register a servicer with its generated ``add_<Service>Servicer_to_server`` function.
+
+        The service and method names are captured from the handlers the function installs.
+
+        Raises:
+            RuntimeError: the server has already started.
+        """
+        self._check_not_started()
+        register_fn(servicer, _RecordingServer(self._server, self._record))
+
+    def add_generic_handler(
+        self, service_name: str, method_handlers: Mapping[str, grpc.RpcMethodHandler[Any, Any]]
+    ) -> None:
+        """Register hand-built handlers (e.g. raw-bytes ones) for ``service_name`` (full proto name).
+
+        Args:
+            service_name: e.g. ``gitlab.agent.kubernetes_api.rpc.KubernetesApi``.
+            method_handlers: method name (e.g. ``MakeRequest``) -> handler.
+
+        Raises:
+            RuntimeError: the server has already started.
+        """
+        self._check_not_started()
+        self._server.add_generic_rpc_handlers(
+            [grpc.method_handlers_generic_handler(service_name, dict(method_handlers))]
+        )
+        self._record(service_name, method_handlers.keys())
+
+    def descriptor(self) -> info_pb2.AgentDescriptor:
+        """The services and methods registered so far, sorted by name (the tunnel's ``descriptor``)."""
+        return info_pb2.AgentDescriptor(
+            services=[
+                info_pb2.Service(name=name, methods=[info_pb2.Method(name=m) for m in methods])
+                for name, methods in sorted(self._services.items())
+                if not name.startswith(_NEVER_ADVERTISED_PREFIX)
+            ]
+        )
+
+    @property
+    def target(self) -> str:
+        """The ``unix://`` address the server listens on.
+
+        Raises:
+            RuntimeError: before :meth:`start`.
+        """
+        if self._directory is None:
+            raise RuntimeError("internal server not started")
+        return f"unix://{self._directory / 'internal.sock'}"
+
+    @property
+    def channel(self) -> aio.Channel:
+        """A channel to the server (shared; closed by :meth:`stop`).
+
+        Raises:
+            RuntimeError: before :meth:`start`.
+        """
+        if self._channel is None:
+            raise RuntimeError("internal server not started")
+        return self._channel
+
+    async def start(self) -> None:
+        """Bind the socket in a fresh private temporary directory, start serving and open the channel.
+
+        Raises:
+            RuntimeError: started twice, or the socket could not be bound.
+        """
+        self._check_not_started()
+        self._started = True
+        # mkdtemp creates the directory 0700, so only this user can connect to the socket.
+        self._directory = Path(tempfile.mkdtemp(prefix="tether-agentk-"))
+        self._server.add_insecure_port(self.target)
+        await self._server.start()
+        self._channel = aio.insecure_channel(self.target, options=self._options)
+
+    async def stop(self, grace: float | None) -> None:
+        """Stop the server, close the channel and remove the socket directory.
+
+        Args:
+            grace: seconds in-flight calls may still run before being cancelled; None cancels at once.
+        """
+        # Server first: closing the channel first would cancel the in-flight calls the grace is for.
+        await self._server.stop(grace)
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
+        if self._directory is not None:
+            shutil.rmtree(self._directory, ignore_errors=True)
+            self._directory = None
+
+    def _check_not_started(self) -> None:
+        if self._started:
+            raise RuntimeError("internal server already started; register APIs before start()")
+
+    def _record(self, service_name: str, methods: Iterable[str]) -> None:
+        known = self._services.setdefault(service_name, [])
+        known.extend(m for m in methods if m not in known)
+
+
+class _RecordingServer(aio.Server):
+    """Passes registrations to the real server and reports the service and method names they carry."""
+
+    def __init__(self, server: aio.Server, record: Callable[[str, Iterable[str]], None]) -> None:
+        self._server = server
+        self._record = record
+
+    def add_generic_rpc_handlers(self, generic_rpc_handlers: Iterable[grpc.GenericRpcHandler]) -> None:
+        handlers = list(generic_rpc_handlers)
+        self._server.add_generic_rpc_handlers(handlers)
+        # Generated code also calls add_registered_method_handlers (names recorded there); for other
+        # callers, a service handler at least names its service, and its methods come from the descriptor pool.
+        for handler in handlers:
+            if isinstance(handler, grpc.ServiceRpcHandler):
+                self._record(handler.service_name(), _methods_from_pool(handler.service_name()))
+
+    def add_registered_method_handlers(
+        self, service_name: str, method_handlers: Mapping[str, grpc.RpcMethodHandler[Any, Any]]
+    ) -> None:
+        self._server.add_registered_method_handlers(service_name, method_handlers)
+        self._record(service_name, method_handlers.keys())
+
+    def add_insecure_port(self, address: str) -> int:
+        raise RuntimeError("modules must not open ports on the internal server")
+
+    def add_secure_port(self, address: str, server_credentials: grpc.ServerCredentials) -> int:
+        raise RuntimeError("modules must not open ports on the internal server")
+
+    async def start(self) -> None:
+        raise RuntimeError("the internal server is started by agentk")
+
+    async def stop(self, grace: float | None) -> None:
+        raise RuntimeError("the internal server is stopped by agentk")
+
+    async def wait_for_termination(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109 (grpc API)
+        raise RuntimeError("the internal server is owned by agentk")
+
+
+def _methods_from_pool(service_name: str) -> list[str]:
+    try:
+        service = descriptor_pool.Default().FindServiceByName(service_name)
+    except KeyError:
+        return []
+    return [method.name for method in service.methods]
