@@ -32,6 +32,9 @@ _log = structlog.get_logger(__name__)
 ConfigurationCallback = Callable[[agentcfg_pb2.AgentConfiguration], None]
 
 
+_HEALTHY_STREAM_S = 5.0
+
+
 def watch_backoff() -> Backoff:
     """Backoff after a failed stream: 10 s to 5 min, factor 2, jitter 1, reset after 10 min (kas.md §6.3)."""
     return Backoff(initial_s=10.0, max_s=300.0, factor=2.0, jitter=1.0, reset_after_s=600.0)
@@ -119,9 +122,17 @@ class ConfigurationWatcher:
 
     async def run(self) -> None:
         """Watch until cancelled; never returns on its own."""
+        loop = asyncio.get_running_loop()
         while True:
-            if not await self._watch_once():
-                await asyncio.sleep(self._backoff.next_delay())
+            started = loop.time()
+            if await self._watch_once():
+                continue
+            # A stream that was up for a while and then broke (e.g. its kas died) retries at once, to
+            # another kas; only quick repeated failures back off.
+            if loop.time() - started > _HEALTHY_STREAM_S:
+                self._backoff.reset()
+                continue
+            await asyncio.sleep(self._backoff.next_delay())
 
     async def _watch_once(self) -> bool:
         """One stream; True when it ended cleanly (reconnect at once), False after a failure (back off)."""

@@ -1,0 +1,264 @@
+"""Routing kas -> gateway kas -> agentk with real processes, real Redis and the real cluster (issue 3)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+
+import grpc
+import pytest
+
+from tests.fixtures.hub_stub import HubStub
+from tests.fixtures.k8s import Kubectl
+from tests.fixtures.system import KasProc, System
+from tests.support.inprocess_agent import InProcessAgent
+from tether.devenv.cluster import ClusterInfo
+from tether.devenv.redis_server import RedisServer
+from tether.hub.kas_client import KasApiClient
+from tether.modules.routing.router import NOT_FOUND_MESSAGE
+from tether.pb.gitlab.agent.pods.rpc import rpc_pb2 as pods_pb2
+from tether.pb.gitlab.agent.pods.rpc import rpc_pb2_grpc as pods_grpc
+
+pytestmark = [pytest.mark.k8s, pytest.mark.redis]
+
+
+def client_for(kas: KasProc, hub: HubStub) -> KasApiClient:
+    return KasApiClient(kas.api_target, hub.secret)
+
+
+async def wait_for(check, timeout: float, what: str):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+@pytest.fixture
+def a_pod(kubectl: Kubectl, k8s_namespace: str) -> tuple[str, str]:
+    """A pod in the real cluster that GetPods answers must contain."""
+    kubectl.run("run", "routed-pod", "-n", k8s_namespace, "--image=registry.invalid/x:1", "--restart=Never")
+    return (k8s_namespace, "routed-pod")
+
+
+def names(pods: list) -> set[tuple[str, str]]:  # type: ignore[type-arg]
+    return {(p.namespace, p.name) for p in pods}
+
+
+@pytest.fixture
+def tokens(hub_stub: HubStub) -> dict[str, int]:
+    """Agent A (id 101, project 11) and agent B (id 102, project 11), each with a fresh token."""
+    suffix = str(time.monotonic_ns())
+    hub_stub.add_agent(f"token-a-{suffix}", 101, 11, "agent-a")
+    hub_stub.add_agent(f"token-b-{suffix}", 102, 11, "agent-b")
+    return {f"token-a-{suffix}": 101, f"token-b-{suffix}": 102}
+
+
+async def test_get_pods_through_three_kas_and_connected_agents(
+    system: System, k8s_cluster: ClusterInfo, a_pod: tuple[str, str], hub_stub: HubStub, tokens: dict[str, int]
+) -> None:
+    kas1, kas2, kas3 = system.kas(), system.kas(), system.kas()
+    token_a, token_b = list(tokens)
+    system.agentk(token_a, kas2, "agent-a-1")
+    system.agentk(token_a, kas3, "agent-a-2")
+    system.agentk(token_b, kas2, "agent-b-1")
+    client = client_for(kas1, hub_stub)
+    try:
+        # Agent B is connected to kas 2 only; kas 1 routes to it.
+        assert a_pod in names(await client.get_pods(102, timeout_s=30))
+
+        async def both_replicas() -> list:  # type: ignore[type-arg]
+            agents = await client.connected_agents_by_agent_id(101)
+            return agents if len(agents) == 2 else []
+
+        replicas = await wait_for(both_replicas, 15, "both replicas of agent A to be listed")
+        assert len({a.connection_id for a in replicas}) == 2
+        assert {a.agent_meta.pod_name for a in replicas} == {"agent-a-1", "agent-a-2"}
+        assert all(a.project_id == 11 and a.agent_id == 101 for a in replicas)
+        by_project = await client.connected_agents_by_project_id(11)
+        assert {a.agent_id for a in by_project} == {101, 102} and len(by_project) == 3
+        # Every kas answers the same (shared Redis); each routes to agent A wherever its tunnels are.
+        for kas in (kas1, kas2, kas3):
+            other = client_for(kas, hub_stub)
+            try:
+                assert len(await other.connected_agents_by_agent_id(101)) == 2
+                assert a_pod in names(await other.get_pods(101, timeout_s=30))
+            finally:
+                await other.close()
+    finally:
+        await client.close()
+
+
+async def test_request_waits_for_the_agent_then_completes(
+    system: System, k8s_cluster: ClusterInfo, a_pod: tuple[str, str], hub_stub: HubStub, tokens: dict[str, int]
+) -> None:
+    kas1, kas2 = system.kas(), system.kas()
+    token_a = next(iter(tokens))
+    client = client_for(kas1, hub_stub)
+    try:
+        pending = asyncio.ensure_future(client.get_pods(101, timeout_s=60))
+        await asyncio.sleep(1.5)
+        assert not pending.done()
+        assert kas1.gauge("tunnel_find_requests_waiting") >= 1
+        system.agentk(token_a, kas2)
+        assert a_pod in names(await asyncio.wait_for(pending, 60))
+    finally:
+        await client.close()
+
+
+async def test_request_for_an_absent_agent_ends_at_the_deadline(system: System, hub_stub: HubStub) -> None:
+    kas1 = system.kas()
+    client = client_for(kas1, hub_stub)
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as failure:
+            await client.get_pods(999, timeout_s=2)
+        assert failure.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        # Nothing stays waiting after the caller gave up.
+        deadline = time.monotonic() + 5
+        while kas1.gauge("tunnel_find_requests_waiting") != 0:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.1)
+    finally:
+        await client.close()
+
+
+async def test_kas_answers_not_found_message_when_its_find_timeout_ends(system: System, hub_stub: HubStub) -> None:
+    kas1 = system.kas(routing={"tunnel_find_timeout": "1s"})
+    client = client_for(kas1, hub_stub)
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as failure:
+            await client.get_pods(999, timeout_s=None)  # type: ignore[arg-type]
+        assert failure.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert failure.value.details() == NOT_FOUND_MESSAGE
+    finally:
+        await client.close()
+
+
+async def test_kill_9_of_gateway_kas(
+    system: System, k8s_cluster: ClusterInfo, a_pod: tuple[str, str], hub_stub: HubStub, tokens: dict[str, int]
+) -> None:
+    fast_expiry = {"redis_conn_info_ttl": "3s", "redis_conn_info_refresh": "1s", "redis_conn_info_gc": "2s"}
+    kas1 = system.kas(agent=fast_expiry)
+    kas2 = system.kas(agent=fast_expiry)
+    kas3 = system.kas(agent=fast_expiry)
+    token_a = next(iter(tokens))
+    both = f"grpc://127.0.0.1:{kas2.ports['agent']},127.0.0.1:{kas3.ports['agent']}"
+    system.agentk_at(token_a, both, "agent-a-multi")
+    client = client_for(kas1, hub_stub)
+    try:
+        assert a_pod in names(await client.get_pods(101, timeout_s=30))
+        urls_before = set(await system.tunnel_urls(101))
+        assert kas2.private_url in urls_before or kas3.private_url in urls_before
+        kas2.signal(signal.SIGKILL)
+        kas2.wait_exit()
+        assert a_pod in names(await client.get_pods(101, timeout_s=30))
+
+        async def dead_entries_gone() -> bool:
+            return kas2.private_url not in await system.tunnel_urls(101)
+
+        await wait_for(dead_entries_gone, 20, "the killed kas' tunnel tracker entry to expire")
+        conns = await client.connected_agents_by_agent_id(101)
+        assert conns, "agent connection should be listed via the surviving kas"
+    finally:
+        await client.close()
+
+
+async def test_sigterm_removes_entries_at_once(
+    system: System, k8s_cluster: ClusterInfo, a_pod: tuple[str, str], hub_stub: HubStub, tokens: dict[str, int]
+) -> None:
+    kas1, kas2 = system.kas(), system.kas(routing={"shutdown_grace_period": "20s"})
+    token_a = next(iter(tokens))
+    system.agentk(token_a, kas2)
+    client = client_for(kas1, hub_stub)
+    try:
+        assert a_pod in names(await client.get_pods(101, timeout_s=30))
+        assert kas2.private_url in await system.tunnel_urls(101)
+        kas2.signal(signal.SIGTERM)
+        kas2.wait_exit(30)
+        assert kas2.private_url not in await system.tunnel_urls(101)
+        assert await client.connected_agents_by_agent_id(101) == []
+    finally:
+        await client.close()
+
+
+class SlowPods(pods_grpc.PodsServicer):
+    """Answers GetPods after ``delay_s`` seconds, so a call is in flight long enough to SIGTERM its kas."""
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+        self.started = asyncio.Event()
+
+    async def GetPods(self, request, context):  # type: ignore[no-untyped-def]
+        self.started.set()
+        await asyncio.sleep(self.delay_s)
+        return pods_pb2.GetPodsResponse(pods=[pods_pb2.Pod(namespace="slow", name="answer")])
+
+
+async def test_sigterm_lets_in_flight_calls_finish(system: System, hub_stub: HubStub, tokens: dict[str, int]) -> None:
+    kas1, kas2 = system.kas(), system.kas(routing={"shutdown_grace_period": "20s"})
+    slow = SlowPods(delay_s=3.0)
+    agent = InProcessAgent(
+        kas2.agent_address.removeprefix("grpc://"), next(iter(tokens)), [(pods_grpc.add_PodsServicer_to_server, slow)]
+    )
+    await agent.start()
+    client = client_for(kas1, hub_stub)
+    try:
+        call = asyncio.ensure_future(client.get_pods(101, timeout_s=30))
+        await asyncio.wait_for(slow.started.wait(), 20)
+        kas2.signal(signal.SIGTERM)
+        await wait_for(_gone(system, kas2), 2.5, "kas 2's Redis entries to be removed at once")
+        assert not call.done(), "the in-flight call must still be running while its kas drains"
+        pods = await asyncio.wait_for(call, 20)
+        assert [(p.namespace, p.name) for p in pods] == [("slow", "answer")]
+        kas2.wait_exit(30)
+    finally:
+        await client.close()
+        await agent.stop()
+
+
+def _gone(system: System, kas: KasProc):  # type: ignore[no-untyped-def]
+    async def check() -> bool:
+        return kas.private_url not in await system.tunnel_urls(101)
+
+    return check
+
+
+async def test_redis_restart_is_healed_without_restarting_processes(
+    system: System,
+    tmp_path,
+    k8s_cluster: ClusterInfo,
+    a_pod: tuple[str, str],
+    hub_stub: HubStub,
+    tokens: dict[str, int],
+) -> None:  # type: ignore[no-untyped-def]
+    own_redis = RedisServer(tmp_path / "redis").start()
+    system.redis = own_redis
+    try:
+        kas1, kas2 = system.kas(), system.kas()
+        system.agentk(next(iter(tokens)), kas2)
+        client = client_for(kas1, hub_stub)
+        try:
+            assert a_pod in names(await client.get_pods(101, timeout_s=30))
+            own_redis.stop()
+            own_redis.start()  # same port, empty data
+
+            async def rebuilt() -> bool:
+                return kas2.private_url in await system.tunnel_urls(101)
+
+            await wait_for(rebuilt, 20, "kas 2 to re-write its tunnel tracker entry")
+            assert a_pod in names(await client.get_pods(101, timeout_s=30))
+
+            async def reconnected() -> bool:
+                return len(await client.connected_agents_by_agent_id(101)) == 1
+
+            await wait_for(reconnected, 20, "the agent connection to be listed again")
+        finally:
+            await client.close()
+    finally:
+        system.stop_all()
+        system.started.clear()
+        own_redis.stop()
