@@ -12,7 +12,7 @@ import pytest
 from tests.fixtures.hub_stub import HubStub
 from tests.fixtures.k8s import Kubectl
 from tests.fixtures.system import KasProc, System
-from tests.support.inprocess_agent import InProcessAgent
+from tether.agentk.embedded import EmbeddedAgent
 from tether.devenv.cluster import ClusterInfo
 from tether.devenv.redis_server import RedisServer
 from tether.hub.kas_client import KasApiClient
@@ -205,9 +205,8 @@ class SlowPods(pods_grpc.PodsServicer):
 async def test_sigterm_lets_in_flight_calls_finish(system: System, hub_stub: HubStub, tokens: dict[str, int]) -> None:
     kas1, kas2 = system.kas(), system.kas(routing={"shutdown_grace_period": "20s"})
     slow = SlowPods(delay_s=3.0)
-    agent = InProcessAgent(
-        kas2.agent_address.removeprefix("grpc://"), next(iter(tokens)), [(pods_grpc.add_PodsServicer_to_server, slow)]
-    )
+    agent = EmbeddedAgent(kas2.agent_address.removeprefix("grpc://"), next(iter(tokens)))
+    agent.add_servicer(pods_grpc.add_PodsServicer_to_server, slow)
     await agent.start()
     client = client_for(kas1, hub_stub)
     try:

@@ -185,29 +185,35 @@ class Router:
             )
 
         deadline = loop.time() + timeout_s
+        lookup: asyncio.Task[list[str]] | None = None
         try:
             with self._notifier.watch(agent_id) as announced:
                 consider([self._own_url])
                 try_next()
-                consider(await self._tracker_urls(agent_id))
+                # The tracker read runs alongside the local attempt, which usually wins first.
+                lookup = loop.create_task(self._tracker_urls(agent_id))
                 try_at = loop.time() + self._options.try_new_kas_interval_s
                 recheck_at = loop.time() + self._options.recheck_interval_s
                 while not winner.done():
                     now = loop.time()
                     if now >= deadline:
                         raise RoutingError(grpc.StatusCode.DEADLINE_EXCEEDED, NOT_FOUND_MESSAGE)
+                    if lookup is not None and lookup.done():
+                        consider(lookup.result())
+                        lookup = None
                     if untried and (advance.is_set() or now >= try_at):
                         try_next()
                         try_at = now + self._options.try_new_kas_interval_s
                         continue
-                    if now >= recheck_at:
-                        consider(await self._tracker_urls(agent_id))
+                    if lookup is None and now >= recheck_at:
+                        lookup = loop.create_task(self._tracker_urls(agent_id))
                         recheck_at = now + self._options.recheck_interval_s
-                        continue
                     wake_at = min(deadline, recheck_at, try_at if untried else math.inf)
-                    await self._wait_any(winner, announced, advance, wake_at - now, consider)
+                    await self._wait_any(winner, announced, advance, lookup, wake_at - now, consider)
             return winner.result()
         finally:
+            if lookup is not None:
+                lookup.cancel()
             for task in attempts.values():
                 if not task.done():
                     task.cancel()
@@ -219,12 +225,15 @@ class Router:
         winner: asyncio.Future[_Winner],
         announced: asyncio.Queue[str],
         advance: asyncio.Event,
+        lookup: asyncio.Task[list[str]] | None,
         timeout_s: float,
         consider: Callable[[list[str]], None],
     ) -> None:
         event = asyncio.ensure_future(announced.get())
         advanced = asyncio.ensure_future(advance.wait())
         waiters: set[asyncio.Future[Any]] = {winner, event, advanced}
+        if lookup is not None:
+            waiters.add(lookup)
         try:
             await asyncio.wait(waiters, timeout=max(timeout_s, 0), return_when=asyncio.FIRST_COMPLETED)
         finally:
