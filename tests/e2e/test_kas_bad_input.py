@@ -32,7 +32,7 @@ AGENT_ID = 41
 @pytest.fixture
 def kas(system: System, hub_stub: HubStub) -> KasProc:
     hub_stub.add_agent(TOKEN, AGENT_ID, 7)
-    return system.kas(redis=False, agent={"listen": {"max_message_size": 65536}})
+    return system.kas(use_redis=False, agent={"listen": {"max_message_size": 65536}})
 
 
 def _bearer(token: str) -> tuple[tuple[str, str], ...]:

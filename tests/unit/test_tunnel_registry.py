@@ -1,0 +1,159 @@
+"""Tunnel registry rules (kas.md §1.6), with a recording tracker and tunnels that are never forwarded."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import grpc
+import pytest
+
+from tether.modules.reverse_tunnel.registry import RegistryStopped, TunnelRegistry
+from tether.modules.reverse_tunnel.tunnel import Tunnel, TunnelState
+from tether.pb.gitlab.agent.reverse_tunnel.info import info_pb2
+
+SERVICE, METHOD = "gitlab.agent.pods.rpc.Pods", "GetPods"
+
+
+class RecordingTracker:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+
+    async def register(self, agent_id: int) -> None:
+        self.calls.append(("register", agent_id))
+
+    async def unregister(self, agent_id: int) -> None:
+        self.calls.append(("unregister", agent_id))
+
+
+def tunnel(agent_id: int, methods: tuple[tuple[str, str], ...] = ((SERVICE, METHOD),)) -> Tunnel:
+    services: dict[str, list[str]] = {}
+    for service, method in methods:
+        services.setdefault(service, []).append(method)
+    descriptor = info_pb2.AgentDescriptor(
+        services=[info_pb2.Service(name=s, methods=[info_pb2.Method(name=m) for m in ms]) for s, ms in services.items()]
+    )
+    context: Any = None  # never read or written: these tunnels are not forwarded
+    return Tunnel(agent_id, descriptor, context)
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_find_returns_idle_tunnel_at_once_and_takes_it_out() -> None:
+    registry = TunnelRegistry(None)
+    t = tunnel(1)
+    holder = asyncio.create_task(registry.handle_tunnel(t, max_age_s=60))
+    await settle()
+    handle = registry.find(1, SERVICE, METHOD)
+    assert handle.found_now
+    assert await handle.get() is t and t.state is TunnelState.FOUND
+    assert registry.idle_count() == 0
+    assert handle.use() is t
+    handle.done()
+    assert registry.idle_count() == 0  # used tunnels never come back
+    t.retire()
+    assert await holder is None
+
+
+async def test_find_waits_until_a_tunnel_with_the_method_registers() -> None:
+    registry = TunnelRegistry(None)
+    handle = registry.find(7, SERVICE, METHOD)
+    assert not handle.found_now and registry.waiting_count() == 1
+    waiting = asyncio.create_task(handle.get())
+    other = tunnel(7, (("other.Service", "Call"),))
+    holders = [asyncio.create_task(registry.handle_tunnel(other, 60))]
+    await settle()
+    assert not waiting.done(), "a tunnel without the method must not satisfy the request"
+    right = tunnel(7)
+    holders.append(asyncio.create_task(registry.handle_tunnel(right, 60)))
+    assert await asyncio.wait_for(waiting, 1) is right
+    assert registry.waiting_count() == 0 and registry.idle_count() == 1
+    handle.done()
+    for h in holders:
+        h.cancel()
+    await asyncio.gather(*holders, return_exceptions=True)
+
+
+async def test_unused_tunnel_goes_back_to_the_registry() -> None:
+    registry = TunnelRegistry(None)
+    t = tunnel(3)
+    holder = asyncio.create_task(registry.handle_tunnel(t, 60))
+    await settle()
+    handle = registry.find(3, SERVICE, METHOD)
+    await handle.get()
+    handle.done()  # the routing kas chose another gateway
+    assert t.state is TunnelState.READY and registry.idle_count(3) == 1
+    holder.cancel()
+    await asyncio.gather(holder, return_exceptions=True)
+
+
+async def test_cancelled_wait_leaves_nothing_behind() -> None:
+    registry = TunnelRegistry(None)
+    handle = registry.find(4, SERVICE, METHOD)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(handle.get(), 0.05)
+    handle.done()
+    assert registry.waiting_count() == 0
+    t = tunnel(4)
+    holder = asyncio.create_task(registry.handle_tunnel(t, 60))
+    await settle()
+    assert registry.idle_count(4) == 1, "the tunnel must not go to an abandoned request"
+    holder.cancel()
+    await asyncio.gather(holder, return_exceptions=True)
+
+
+async def test_disconnected_agent_drops_idle_tunnel_at_once() -> None:
+    registry = TunnelRegistry(None)
+    t = tunnel(5)
+    holder = asyncio.create_task(registry.handle_tunnel(t, 60))
+    await settle()
+    assert registry.idle_count(5) == 1
+    holder.cancel()  # grpc.aio cancels the Connect handler when agentk goes away
+    await asyncio.gather(holder, return_exceptions=True)
+    assert registry.idle_count(5) == 0 and t.state is TunnelState.DONE
+
+
+async def test_max_age_retires_an_idle_tunnel_with_ok() -> None:
+    registry = TunnelRegistry(None)
+    t = tunnel(6)
+    assert await asyncio.wait_for(registry.handle_tunnel(t, max_age_s=0.05), 1) is None
+    assert registry.idle_count() == 0 and t.state is TunnelState.DONE
+
+
+async def test_stop_fails_waiters_and_retires_idle_tunnels() -> None:
+    registry = TunnelRegistry(None)
+    t = tunnel(8)
+    holder = asyncio.create_task(registry.handle_tunnel(t, 60))
+    waiter = registry.find(9, SERVICE, METHOD)
+    await settle()
+    await registry.stop()
+    with pytest.raises(RegistryStopped):
+        await waiter.get()
+    assert await holder is None, "idle tunnels end with OK so agents reconnect elsewhere"
+    with pytest.raises(RegistryStopped):
+        registry.find(8, SERVICE, METHOD)
+    late = await registry.handle_tunnel(tunnel(8), 60)
+    assert late is not None and late[0] is grpc.StatusCode.UNAVAILABLE
+
+
+async def test_tracker_registration_once_and_delayed_unregistration() -> None:
+    tracker = RecordingTracker()
+    registry = TunnelRegistry(tracker, unregistration_delay_s=0.1)
+    first, second = tunnel(11), tunnel(11)
+    holders = [asyncio.create_task(registry.handle_tunnel(t, 60)) for t in (first, second)]
+    await settle()
+    assert tracker.calls == [("register", 11)]
+    holders[0].cancel()
+    holders[1].cancel()
+    await asyncio.gather(*holders, return_exceptions=True)
+    await asyncio.sleep(0.05)
+    replacement = asyncio.create_task(registry.handle_tunnel(tunnel(11), 60))
+    await asyncio.sleep(0.2)
+    assert tracker.calls == [("register", 11)], "a tunnel within the delay cancels the unregistration"
+    replacement.cancel()
+    await asyncio.gather(replacement, return_exceptions=True)
+    await asyncio.sleep(0.2)
+    assert tracker.calls == [("register", 11), ("unregister", 11)]
