@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 from pathlib import Path
 
-from tests.fixtures.system import System, http_get
+from tests.fixtures.system import TETHER, System, http_get
 from tether.devenv.process import free_port
 from tether.devenv.redis_server import RedisServer
 
@@ -40,13 +41,11 @@ def test_metrics_are_prometheus_text(system: System) -> None:
 
 
 def test_config_errors_are_reported_without_traceback(tmp_path: Path) -> None:
-    import subprocess
-
-    from tests.fixtures.system import TETHER
-
     config = tmp_path / "kas.yaml"
     config.write_text("gitlab: {authentication_secret_file: /nope}\napi: {listen: {authentication_secret_file: /x}}\n")
-    result = subprocess.run([TETHER, "kas", "--configuration-file", str(config)], capture_output=True, text=True)
+    result = subprocess.run(
+        [TETHER, "kas", "--configuration-file", str(config)], capture_output=True, text=True, check=False
+    )
     assert result.returncode != 0
     assert "private_api: Field required" in result.stderr
     assert "Traceback" not in result.stderr
@@ -55,5 +54,7 @@ def test_config_errors_are_reported_without_traceback(tmp_path: Path) -> None:
         "api: {listen: {authentication_secret_file: /nope}}\n"
         "private_api: {listen: {authentication_secret_file: /nope}}\n"
     )
-    result = subprocess.run([TETHER, "kas", "--configuration-file", str(config)], capture_output=True, text=True)
+    result = subprocess.run(
+        [TETHER, "kas", "--configuration-file", str(config)], capture_output=True, text=True, check=False
+    )
     assert "cannot read secret file /nope" in result.stderr and "Traceback" not in result.stderr
