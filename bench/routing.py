@@ -27,11 +27,11 @@ import grpc
 from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.fixtures.hub_stub import HubStub, stub_app  # noqa: E402
-from tests.fixtures.system import KasProc, System  # noqa: E402
-from tether.devenv.process import free_port  # noqa: E402
-from tether.devenv.redis_server import RedisServer  # noqa: E402
-from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_GITLAB, mint  # noqa: E402
+from tests.fixtures.hub_stub import HubStub, stub_app
+from tests.fixtures.system import KasProc, System
+from tether.devenv.process import free_port
+from tether.devenv.redis_server import RedisServer
+from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_GITLAB, mint
 
 RESULTS = Path(__file__).parent / "results" / "routing.json"
 HERE = Path(__file__).parent
@@ -40,7 +40,7 @@ AGENT_ID = 501
 
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
 def rss_kib(pid: int) -> int:

@@ -47,7 +47,7 @@ async def main() -> None:
     target, prefix, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
     stop = asyncio.Event()
     options = [("grpc.keepalive_time_ms", 55_000), ("grpc.keepalive_permit_without_calls", 1)]
-    channels = [grpc.aio.insecure_channel(target, options=options + [("grpc.channel_id", i)]) for i in range(CHANNELS)]
+    channels = [grpc.aio.insecure_channel(target, options=[*options, ("grpc.channel_id", i)]) for i in range(CHANNELS)]
     calls = []
     for i in range(count):
         channel = channels[i % CHANNELS]
