@@ -20,7 +20,8 @@ from tether.pb.gitlab.agent.reverse_tunnel.info import info_pb2
 from tether.pb.gitlab.agent.reverse_tunnel.rpc import rpc_pb2 as tunnel_pb2
 from tether.pb.gitlab.agent.reverse_tunnel.rpc import rpc_pb2_grpc as tunnel_grpc
 
-CHANNELS = 20
+#: Real agents each have their own connection; ten per connection keeps the simulator process small.
+AGENTS_PER_CHANNEL = 10
 DESCRIPTOR = tunnel_pb2.ConnectRequest(
     descriptor=tunnel_pb2.Descriptor(
         agent_descriptor=info_pb2.AgentDescriptor(
@@ -35,39 +36,74 @@ async def tunnel_requests(stop: asyncio.Event) -> AsyncIterator[tunnel_pb2.Conne
     await stop.wait()
 
 
-async def hold(call: grpc.aio.Call) -> None:
-    try:
-        async for _ in call:  # type: ignore[attr-defined]
-            pass
-    except grpc.aio.AioRpcError:
-        pass
+ENDED: dict[str, int] = {}
+
+
+async def keep_tunnel(
+    stub: tunnel_grpc.ReverseTunnelStub, metadata: tuple[tuple[str, str], ...], stop: asyncio.Event
+) -> None:
+    """One idle tunnel, re-opened whenever kas ends it, as agentk's pool does."""
+    while not stop.is_set():
+        call = stub.Connect(tunnel_requests(stop), metadata=metadata)
+        try:
+            async for _ in call:
+                pass
+            reason = "OK"
+        except grpc.aio.AioRpcError as exc:
+            reason = exc.code().name
+            if reason not in ENDED:
+                print(
+                    f"tunnel ended: {reason}: {exc.details()} {exc.debug_error_string()}", file=sys.stderr, flush=True
+                )
+        if stop.is_set():
+            return
+        ENDED[reason] = ENDED.get(reason, 0) + 1
+        await asyncio.sleep(1.0)
+
+
+async def keep_config(
+    stub: config_grpc.AgentConfigurationStub, metadata: tuple[tuple[str, str], ...], i: int, stop: asyncio.Event
+) -> None:
+    """The configuration stream, re-opened when it ends."""
+    request = config_pb2.ConfigurationRequest(agent_meta=AgentMeta(version="sim", pod_name=f"sim-{i}"))
+    while not stop.is_set():
+        call = stub.GetConfiguration(request, metadata=metadata)
+        try:
+            async for _ in call:
+                pass
+        except grpc.aio.AioRpcError as exc:
+            ENDED["config " + exc.code().name] = ENDED.get("config " + exc.code().name, 0) + 1
+        if not stop.is_set():
+            await asyncio.sleep(1.0)
 
 
 async def main() -> None:
     target, prefix, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
     stop = asyncio.Event()
     options = [("grpc.keepalive_time_ms", 55_000), ("grpc.keepalive_permit_without_calls", 1)]
-    channels = [grpc.aio.insecure_channel(target, options=[*options, ("grpc.channel_id", i)]) for i in range(CHANNELS)]
-    calls = []
+    count_channels = max(1, count // AGENTS_PER_CHANNEL)
+    channels = [
+        grpc.aio.insecure_channel(target, options=[*options, ("grpc.channel_id", i)]) for i in range(count_channels)
+    ]
+    holders = []
     for i in range(count):
-        channel = channels[i % CHANNELS]
+        channel = channels[i % count_channels]
         metadata = (("authorization", f"Bearer {prefix}{i}"),)
-        request = config_pb2.ConfigurationRequest(agent_meta=AgentMeta(version="sim", pod_name=f"sim-{i}"))
-        calls.append(config_grpc.AgentConfigurationStub(channel).GetConfiguration(request, metadata=metadata))
+        holders.append(asyncio.create_task(keep_config(config_grpc.AgentConfigurationStub(channel), metadata, i, stop)))
         for _ in range(2):
-            calls.append(tunnel_grpc.ReverseTunnelStub(channel).Connect(tunnel_requests(stop), metadata=metadata))
+            holders.append(asyncio.create_task(keep_tunnel(tunnel_grpc.ReverseTunnelStub(channel), metadata, stop)))
         if i % 100 == 99:
             await asyncio.sleep(0.05)  # spread the connection storm a little, as a rollout would
-    holders = [asyncio.create_task(hold(c)) for c in calls]
     print("started", flush=True)
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     await reader.read()
     stop.set()
-    for call in calls:
-        call.cancel()
+    for holder in holders:
+        holder.cancel()
     await asyncio.gather(*holders, return_exceptions=True)
+    print(f"streams ended and re-opened during the run: {ENDED}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":
