@@ -117,6 +117,7 @@ async def test_request_for_an_absent_agent_ends_at_the_deadline(system: System, 
         with pytest.raises(grpc.aio.AioRpcError) as failure:
             await client.get_pods(999, timeout_s=2)
         assert failure.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert failure.value.details() == NOT_FOUND_MESSAGE
         # Nothing stays waiting after the caller gave up.
         deadline = time.monotonic() + 5
         while kas1.gauge("tunnel_find_requests_waiting") != 0:

@@ -1,0 +1,78 @@
+"""Agent token authentication through the hub's internal API: caching, cached refusals, revocation."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+
+import grpc
+import pytest
+import redis.asyncio as aioredis
+
+from tests.fixtures.hub_stub import HubStub
+from tests.fixtures.system import System
+from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2 as config_pb2
+from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2_grpc as config_grpc
+
+pytestmark = pytest.mark.redis
+
+
+async def first_configuration(target: str, token: str) -> config_pb2.ConfigurationResponse:
+    async with grpc.aio.insecure_channel(target) as channel:
+        stream = config_grpc.AgentConfigurationStub(channel).GetConfiguration(
+            config_pb2.ConfigurationRequest(), metadata=(("authorization", f"Bearer {token}"),), timeout=10
+        )
+        async for response in stream:
+            stream.cancel()
+            return response
+    raise AssertionError("no configuration")
+
+
+def info_calls(hub: HubStub) -> int:
+    return sum(1 for path in hub.calls if path.endswith("/agent_info"))
+
+
+async def test_successes_are_cached_and_refusals_cached_in_redis(system: System, hub_stub: HubStub) -> None:
+    token = f"cached-{time.monotonic_ns()}"
+    hub_stub.add_agent(token, 77, 8).config = {"observability": {"logging": {"level": "debug"}}}
+    kas = system.kas(agent={"info_cache_ttl": "60s", "info_cache_error_ttl": "60s"})
+    target = kas.agent_address.removeprefix("grpc://")
+    before = info_calls(hub_stub)
+    response = await first_configuration(target, token)
+    assert response.configuration.agent_id == 77 and response.configuration.project_id == 8
+    assert response.configuration.observability.logging.level == 1  # debug
+    await first_configuration(target, token)
+    assert info_calls(hub_stub) == before + 1, "the second lookup must come from the cache"
+
+    unknown = f"unknown-{time.monotonic_ns()}"
+    for _ in range(2):
+        with pytest.raises(grpc.aio.AioRpcError) as failure:
+            await first_configuration(target, unknown)
+        assert failure.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert info_calls(hub_stub) == before + 2, "a refusal is asked once, then served from Redis"
+    assert system.redis is not None
+    client = aioredis.Redis.from_url(system.redis.url)
+    try:
+        key = (
+            f"{system.key_prefix}:agent_info_errs:".encode()
+            + hashlib.sha256(unknown[: len(unknown) // 2].encode()).digest()
+        )
+        assert b"401" in (await client.get(key) or b"")
+        assert 0 < await client.pttl(key) <= 60_000
+        assert unknown.encode() not in b"".join(await client.keys("*")), "tokens never reach Redis in plain text"
+    finally:
+        await client.aclose()
+
+
+async def test_revoked_token_is_refused_on_next_authentication(system: System, hub_stub: HubStub) -> None:
+    token = f"revoked-{time.monotonic_ns()}"
+    hub_stub.add_agent(token, 78, 8)
+    kas = system.kas()  # info_cache_ttl 1s in tests
+    target = kas.agent_address.removeprefix("grpc://")
+    await first_configuration(target, token)
+    hub_stub.revoke(token)
+    await asyncio.sleep(1.5)
+    with pytest.raises(grpc.aio.AioRpcError) as failure:
+        await first_configuration(target, token)
+    assert failure.value.code() == grpc.StatusCode.UNAUTHENTICATED
