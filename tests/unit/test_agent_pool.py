@@ -204,3 +204,20 @@ def test_limits_are_validated() -> None:
         PoolLimits(min_idle=0)
     with pytest.raises(ValueError, match="invalid pool limits"):
         PoolLimits(min_idle=3, max_connections=2)
+
+
+async def test_sweep_stops_extra_idle_connections_without_waiting_for_their_attempt_to_end() -> None:
+    factory, clock = Factory(), Clock()
+    pool = ConnectionPool(factory, clock=clock)
+    pool.start()
+    factory.made[0].listener.on_active()  # scale-up: 2 + 10 connections
+    assert pool.stats == PoolStats(idle=11, active=1, total=12)
+    clock.now += 30
+    assert pool.sweep_idle() == 0, "nothing is idle for a minute yet"
+    clock.now += 31
+    assert pool.sweep_idle() == 9
+    assert pool.stats == PoolStats(idle=2, active=1, total=3)
+    assert not factory.made[0].stopped, "the active connection is never swept"
+    clock.now += 3600
+    assert pool.sweep_idle() == 0, "never below the minimum"
+    await pool.stop()

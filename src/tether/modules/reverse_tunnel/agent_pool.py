@@ -140,6 +140,7 @@ class ConnectionPool:
         self._active = 0
         self._started = False
         self._closing = False
+        self._sweeper: asyncio.Task[None] | None = None
 
     @property
     def limits(self) -> PoolLimits:
@@ -161,6 +162,28 @@ class ConnectionPool:
             raise RuntimeError("connection pool already started")
         self._started = True
         self._start_connections(self._limits.min_idle)
+        self._sweeper = asyncio.get_running_loop().create_task(self._sweep_loop(), name="tunnel-idle-sweep")
+
+    async def _sweep_loop(self) -> None:
+        # The issue asks for extra idle tunnels to close after max_idle_time_s; upstream only checks when an
+        # attempt ends, which can be much later. kas hands out its newest idle tunnel first, so the old
+        # ones stopped here are rarely the one it is just starting to use.
+        period = max(self._limits.max_idle_time_s / 6, 0.05)
+        while not self._closing:
+            await asyncio.sleep(period)
+            self.sweep_idle()
+
+    def sweep_idle(self) -> int:
+        """Stop idle connections above ``min_idle`` that have been idle over ``max_idle_time_s``; return how many."""
+        now = self._clock()
+        stopped = 0
+        idle = sorted((s for s in self._slots.values() if s.state is _State.IDLE), key=lambda s: s.last_active)
+        for slot in idle:
+            if self._idle <= self._limits.min_idle or now - slot.last_active <= self._limits.max_idle_time_s:
+                break
+            self._stop_slot(slot)
+            stopped += 1
+        return stopped
 
     async def stop(self, grace_s: float = 10.0) -> None:
         """Stop every connection: idle tunnels close at once, in-flight calls get ``grace_s`` seconds.
@@ -168,6 +191,8 @@ class ConnectionPool:
         Connections still busy after the grace period are aborted. Returns when every loop has ended.
         """
         self._closing = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         for slot in list(self._slots.values()):
             self._stop_slot(slot)
         tasks = [slot.task for slot in self._slots.values() if slot.task is not None]

@@ -158,7 +158,8 @@ class TunnelRegistry:
         if self._stopped:
             raise RegistryStopped("kas is shutting down")
         waiter = _Waiter(agent_id, service, method)
-        for tunnel in self._idle.get(agent_id, []):
+        # Newest first: agentk may close its oldest extra idle tunnels, so those are the riskiest to hand out.
+        for tunnel in reversed(self._idle.get(agent_id, [])):
             if tunnel.supports(service, method):
                 self._remove_idle(tunnel)
                 tunnel.state = TunnelState.FOUND
