@@ -155,26 +155,25 @@ def _build_kubernetes(go: str, run: _Runner, work: Path, out: Path) -> None:
     )
 
 
-def _build_etcd(go: str, run: _Runner, work: Path, out: Path) -> None:
-    _fresh_module(go, run, work, "local/etcdbin")
-    run.run([go, "get", f"go.etcd.io/etcd/server/v3@v{ETCD_VERSION}"], work, "etcd: go get")
+def _build_wrapped(go: str, run: _Runner, work: Path, out: Path, name: str, package: str, version: str) -> None:
+    """Build one main ``package`` at ``version`` in its own wrapper module into ``out/name``."""
+    _fresh_module(go, run, work, f"local/{name}bin")
+    run.run([go, "get", f"{package}@v{version}"], work, f"{name}: go get")
     run.run(
-        [go, "build", "-v", "-trimpath", "-ldflags", "-s -w", "-o", str(out / "etcd"), "go.etcd.io/etcd/server/v3"],
+        [go, "build", "-v", "-trimpath", "-ldflags", "-s -w", "-o", str(out / name), package],
         work,
-        "etcd: go build",
+        f"{name}: go build",
         count_lines=True,
     )
+
+
+def _build_etcd(go: str, run: _Runner, work: Path, out: Path) -> None:
+    # The server module's go.mod replaces its siblings with local paths, hence the wrapper (§4).
+    _build_wrapped(go, run, work, out, "etcd", "go.etcd.io/etcd/server/v3", ETCD_VERSION)
 
 
 def _build_kwok(go: str, run: _Runner, work: Path, out: Path) -> None:
-    _fresh_module(go, run, work, "local/kwokbin")
-    run.run([go, "get", f"sigs.k8s.io/kwok/cmd/kwok@v{KWOK_VERSION}"], work, "kwok: go get")
-    run.run(
-        [go, "build", "-v", "-trimpath", "-ldflags", "-s -w", "-o", str(out / "kwok"), "sigs.k8s.io/kwok/cmd/kwok"],
-        work,
-        "kwok: go build",
-        count_lines=True,
-    )
+    _build_wrapped(go, run, work, out, "kwok", "sigs.k8s.io/kwok/cmd/kwok", KWOK_VERSION)
     info = json.loads(
         run.run([go, "mod", "download", "-json", f"sigs.k8s.io/kwok@v{KWOK_VERSION}"], work, "kwok: stages")
     )

@@ -23,13 +23,13 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Self
 
 from tether.devenv.process import (
     EnvironmentProblem,
     ManagedProcess,
     ProcessFailed,
+    SupervisedServer,
     ensure_port_free,
     free_port,
     tcp_open,
@@ -97,7 +97,7 @@ def _run_as_user() -> str | None:
 
 
 @dataclass
-class PostgresServer:
+class PostgresServer(SupervisedServer):
     """A private PostgreSQL server on ``127.0.0.1`` with a fresh cluster (superuser ``postgres``, trust auth).
 
     Use :meth:`start` / :meth:`stop`, or the object as a context manager::
@@ -368,23 +368,3 @@ class PostgresServer:
                 process.popen.wait(timeout=timeout)
         # SIGTERM alone is "smart" shutdown, which waits for clients; only reached if SIGINT did not work.
         process.stop(timeout)
-
-    def is_running(self) -> bool:
-        """Return True when the server process was started and has not exited."""
-        if self._process is None:
-            return False
-        with contextlib.suppress(ProcessFailed):
-            self._process.check_alive()
-            return True
-        return False
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()

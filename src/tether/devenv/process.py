@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
+from typing import Self
 
 LOG_TAIL_LINES = 25
 
@@ -165,6 +167,41 @@ class ManagedProcess:
         stop_pid(self.popen.pid, timeout)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(timeout=1)
+
+
+class SupervisedServer:
+    """Shared behaviour of a server class that keeps its :class:`ManagedProcess` in ``_process``.
+
+    Subclasses implement ``start() -> Self`` and ``stop(timeout)``; this adds :meth:`is_running` and the
+    context-manager form (``with RedisServer(dir) as server: ...``).
+    """
+
+    _process: ManagedProcess | None
+
+    def start(self) -> Self:
+        """Start the server (implemented by subclasses)."""
+        raise NotImplementedError
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the server by pid (implemented by subclasses)."""
+        raise NotImplementedError
+
+    def is_running(self) -> bool:
+        """Return True when the server process was started and has not exited."""
+        if self._process is None:
+            return False
+        with contextlib.suppress(ProcessFailed):
+            self._process.check_alive()
+            return True
+        return False
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.stop()
 
 
 def stop_pid(pid: int, timeout: float = 10.0) -> None:

@@ -7,19 +7,18 @@ server's own log tail and teardown signals only the recorded pid.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import shutil
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Self
 
 from tether.devenv.process import (
     EnvironmentProblem,
     ManagedProcess,
     ProcessFailed,
+    SupervisedServer,
     ensure_port_free,
     free_port,
 )
@@ -67,7 +66,7 @@ def redis_ping(port: int, host: str = HOST, timeout: float = 1.0) -> bool:
 
 
 @dataclass
-class RedisServer:
+class RedisServer(SupervisedServer):
     """A private ``redis-server`` process bound to ``127.0.0.1``.
 
     Use :meth:`start` / :meth:`stop`, or the object as a context manager::
@@ -178,23 +177,3 @@ class RedisServer:
         process, self._process = self._process, None
         if process is not None:
             process.stop(timeout)
-
-    def is_running(self) -> bool:
-        """Return True when the server process was started and has not exited."""
-        if self._process is None:
-            return False
-        with contextlib.suppress(ProcessFailed):
-            self._process.check_alive()
-            return True
-        return False
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
