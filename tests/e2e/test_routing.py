@@ -12,6 +12,7 @@ import pytest
 from tests.fixtures.hub_stub import HubStub
 from tests.fixtures.k8s import Kubectl
 from tests.fixtures.system import KasProc, System
+from tests.support.polling import poll
 from tether.agentk.embedded import EmbeddedAgent
 from tether.devenv.cluster import ClusterInfo
 from tether.devenv.redis_server import RedisServer
@@ -25,17 +26,6 @@ pytestmark = [pytest.mark.k8s, pytest.mark.redis]
 
 def client_for(kas: KasProc, hub: HubStub) -> KasApiClient:
     return KasApiClient(kas.api_target, hub.secret)
-
-
-async def wait_for(check, limit_s: float, what: str):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + limit_s
-    while True:
-        value = await check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {limit_s}s waiting for {what}")
-        await asyncio.sleep(0.1)
 
 
 @pytest.fixture
@@ -75,7 +65,7 @@ async def test_get_pods_through_three_kas_and_connected_agents(
             agents = await client.connected_agents_by_agent_id(101)
             return agents if len(agents) == 2 else []
 
-        replicas = await wait_for(both_replicas, 15, "both replicas of agent A to be listed")
+        replicas = await poll(both_replicas, "both replicas of agent A to be listed", 15)
         assert len({a.connection_id for a in replicas}) == 2
         assert {a.agent_meta.pod_name for a in replicas} == {"agent-a-1", "agent-a-2"}
         assert all(a.project_id == 11 and a.agent_id == 101 for a in replicas)
@@ -161,13 +151,13 @@ async def test_kill_9_of_gateway_kas(
         async def dead_entries_gone() -> bool:
             return kas2.private_url not in await system.tunnel_urls(101)
 
-        await wait_for(dead_entries_gone, 20, "the killed kas' tunnel tracker entry to expire")
+        await poll(dead_entries_gone, "the killed kas' tunnel tracker entry to expire", 20)
 
         async def listed_again() -> bool:
             return bool(await client.connected_agents_by_agent_id(101))
 
         # agentk's configuration stream moves to the surviving kas (after its backoff if it was young).
-        await wait_for(listed_again, 40, "the agent connection to be listed via the surviving kas")
+        await poll(listed_again, "the agent connection to be listed via the surviving kas", 40)
     finally:
         await client.close()
 
@@ -214,7 +204,7 @@ async def test_sigterm_lets_in_flight_calls_finish(system: System, hub_stub: Hub
         call = asyncio.ensure_future(client.get_pods(101, timeout_s=30))
         await asyncio.wait_for(slow.started.wait(), 20)
         kas2.signal(signal.SIGTERM)
-        await wait_for(_gone(system, kas2), 2.5, "kas 2's Redis entries to be removed at once")
+        await poll(_gone(system, kas2), "kas 2's Redis entries to be removed at once", 2.5)
         assert not call.done(), "the in-flight call must still be running while its kas drains"
         pods = await asyncio.wait_for(call, 20)
         assert [(p.namespace, p.name) for p in pods] == [("slow", "answer")]
@@ -253,13 +243,13 @@ async def test_redis_restart_is_healed_without_restarting_processes(
             async def rebuilt() -> bool:
                 return kas2.private_url in await system.tunnel_urls(101)
 
-            await wait_for(rebuilt, 20, "kas 2 to re-write its tunnel tracker entry")
+            await poll(rebuilt, "kas 2 to re-write its tunnel tracker entry", 20)
             assert a_pod in names(await client.get_pods(101, timeout_s=30))
 
             async def reconnected() -> bool:
                 return len(await client.connected_agents_by_agent_id(101)) == 1
 
-            await wait_for(reconnected, 20, "the agent connection to be listed again")
+            await poll(reconnected, "the agent connection to be listed again", 20)
         finally:
             await client.close()
     finally:

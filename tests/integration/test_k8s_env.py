@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
-import time
 
 import aiohttp
 import pytest
 
 from tests.fixtures.k8s import Kubectl
+from tests.support.polling import poll_sync
 from tether.devenv.cluster import ClusterInfo
 
 pytestmark = pytest.mark.k8s
@@ -53,18 +53,6 @@ spec:
 """
 
 
-def poll(check, timeout: float, what: str):  # type: ignore[no-untyped-def]
-    """Call ``check`` until it returns a truthy value; fail with ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.5)
-
-
 def test_deployment_becomes_available_on_kwok_nodes(kubectl: Kubectl, k8s_namespace: str) -> None:
     kubectl.run("apply", "-n", k8s_namespace, "-f", "-", input_text=DEPLOYMENT)
 
@@ -73,7 +61,7 @@ def test_deployment_becomes_available_on_kwok_nodes(kubectl: Kubectl, k8s_namesp
         conditions = {c["type"]: c["status"] for c in status.get("conditions", [])}
         return conditions.get("Available") == "True" and status.get("availableReplicas") == 3
 
-    poll(available, 90, "Deployment web to become Available with 3 replicas")
+    poll_sync(available, "Deployment web to become Available with 3 replicas", 90, interval=0.5)
     pods = kubectl.json("get", "pods", "-n", k8s_namespace, "-l", "app=web")["items"]
     assert len(pods) == 3
     nodes = {n["metadata"]["name"]: n for n in kubectl.json("get", "nodes")["items"]}
@@ -92,7 +80,7 @@ def test_crd_is_listed_by_discovery(kubectl: Kubectl, k8s_namespace: str) -> Non
             result = kubectl.run("api-resources", "--api-group=tether.example.com", "-o", "name", check=False)
             return "widgets.tether.example.com" in result.stdout
 
-        poll(discovered, 60, "the CRD to appear in discovery")
+        poll_sync(discovered, "the CRD to appear in discovery", 60, interval=0.5)
         group = json.loads(kubectl.run("get", "--raw", "/apis/tether.example.com/v1alpha1").stdout)
         assert [r["name"] for r in group["resources"]] == ["widgets"]
         widget = (

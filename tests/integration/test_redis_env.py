@@ -2,30 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ExecAbortError, ResponseError, WatchError
 
+from tests.support.polling import poll
+
 pytestmark = pytest.mark.redis
 
-POLL_LIMIT = 5.0  # seconds; an upper bound for polling, never an expected duration
-
-
-async def poll(check: Callable[[], Awaitable[Any]], what: str, limit: float = POLL_LIMIT) -> Any:
-    """Await ``check`` until it returns a truthy value; fail naming ``what`` after ``limit`` seconds."""
-    deadline = time.monotonic() + limit
-    while True:
-        value = await check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} did not happen within {limit}s")
-        await asyncio.sleep(0.02)
 
 
 @pytest.fixture

@@ -11,15 +11,15 @@ import contextlib
 import logging
 import struct
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 
 import tether.devenv.redis_server as redis_server_module
+from tests.support.polling import poll
 from tether.devenv.redis_server import RedisServer
 from tether.kas.instance_registry import KasInstanceRegistry
 from tether.modules.agent_tracker.tracker import AgentTracker
@@ -38,18 +38,6 @@ pytestmark = pytest.mark.redis
 POLL_LIMIT = 5.0  # seconds; an upper bound for polling, never an expected duration
 TTL = 60.0  # seconds: long enough that real key expiry never interferes, unless a test wants it
 PREFIX = "gitlab-kas"
-
-
-async def poll(check: Callable[[], Awaitable[Any]], what: str, limit: float = POLL_LIMIT) -> Any:
-    """Await ``check`` until it returns a truthy value; fail naming ``what`` after ``limit`` seconds."""
-    deadline = time.monotonic() + limit
-    while True:
-        value = await check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} did not happen within {limit}s")
-        await asyncio.sleep(0.02)
 
 
 class FakeClock:
