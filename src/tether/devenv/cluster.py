@@ -101,12 +101,18 @@ class ClusterInfo:
         return total_kib / 1024
 
 
-def write_kubeconfig(path: Path, server: str, token: str, ca_file: Path, name: str = "tether-dev") -> None:
-    """Write a kubeconfig with one cluster, user and context named ``name`` (file mode 0600)."""
+def write_kubeconfig(path: Path, server: str, token: str, ca_file: Path | None, name: str = "tether-dev") -> None:
+    """Write a kubeconfig with one cluster, user and context named ``name`` (file mode 0600).
+
+    ``ca_file`` is the CA of an ``https`` server, None for a plain ``http`` one.
+    """
+    cluster: dict[str, str] = {"server": server}
+    if ca_file is not None:
+        cluster["certificate-authority"] = str(ca_file)
     config = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": name, "cluster": {"server": server, "certificate-authority": str(ca_file)}}],
+        "clusters": [{"name": name, "cluster": cluster}],
         "users": [{"name": name, "user": {"token": token}}],
         "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
         "current-context": name,
