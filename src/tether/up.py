@@ -24,6 +24,7 @@ from typing import Any
 import aiohttp
 import yaml
 
+from tether.devenv import pki
 from tether.devenv.cluster import LocalCluster, write_kubeconfig
 from tether.devenv.process import EnvironmentProblem, ManagedProcess, ensure_port_free
 from tether.tool.secrets import write_base64_secret
@@ -75,8 +76,8 @@ def _redis_address(url: str) -> tuple[str, int]:
     return rest[0], int(rest[1]) if len(rest) > 1 and rest[1].isdigit() else 0
 
 
-def kas_config(options: UpOptions, index: int, secrets_dir: Path, hub_url: str) -> dict[str, Any]:
-    """The kascfg document for replica ``index`` (0-based)."""
+def kas_config(options: UpOptions, index: int, secrets_dir: Path, hub_url: str, tls: pki.ClusterPki) -> dict[str, Any]:
+    """The kascfg document for replica ``index`` (0-based); ``tls`` serves the Kubernetes API proxy."""
     ports = {name: port + 20 * index for name, port in KAS_PORTS.items()}
     config: dict[str, Any] = {
         "gitlab": {"address": hub_url, "authentication_secret_file": str(secrets_dir / "gitlab_secret")},
@@ -84,7 +85,12 @@ def kas_config(options: UpOptions, index: int, secrets_dir: Path, hub_url: str) 
             "listen": {"address": f"127.0.0.1:{ports['agent']}", "listen_grace_period": "0s"},
             "configuration": {"poll_period": "10s"},
             "kubernetes_api": {
-                "listen": {"address": f"127.0.0.1:{ports['k8s_proxy']}"},
+                # kubectl only sends bearer tokens over TLS.
+                "listen": {
+                    "address": f"127.0.0.1:{ports['k8s_proxy']}",
+                    "certificate_file": str(tls.serving_cert),
+                    "key_file": str(tls.serving_key),
+                },
                 "url_path_prefix": "/k8s-proxy/",
             },
         },
@@ -183,6 +189,7 @@ async def bring_up(options: UpOptions, progress: Progress, running: Running) -> 
     for name in ("gitlab_secret", "private_api_secret"):
         if not (secrets_dir / name).exists():
             write_base64_secret(secrets_dir / name, secrets.token_bytes(32))
+    proxy_tls = pki.generate(state / "proxy-tls")
     if options.replicas > 1 and not options.redis_url:
         raise EnvironmentProblem("--replicas above 1 needs --redis: kas replicas share their state through Redis")
     ports = [HUB_PORT, AGENTK_OBSERVABILITY_PORT]
@@ -225,7 +232,7 @@ async def bring_up(options: UpOptions, progress: Progress, running: Running) -> 
     for index in range(options.replicas):
         name = f"kas{index + 1}" if options.replicas > 1 else "kas"
         config_file = state / f"{name}.yaml"
-        config_file.write_text(yaml.safe_dump(kas_config(options, index, secrets_dir, hub_url)))
+        config_file.write_text(yaml.safe_dump(kas_config(options, index, secrets_dir, hub_url, proxy_tls)))
         progress(f"starting {name}")
         kas = _start(name, [TETHER, "kas", "--configuration-file", str(config_file)], logs)
         running.processes.append(kas)
@@ -258,8 +265,8 @@ async def bring_up(options: UpOptions, progress: Progress, running: Running) -> 
     await _http_ready(f"http://127.0.0.1:{AGENTK_OBSERVABILITY_PORT}/readiness", agentk)
 
     proxy_kubeconfig = state / "kubeconfig"
-    proxy_url = f"http://127.0.0.1:{KAS_PORTS['k8s_proxy']}/k8s-proxy/"
-    write_kubeconfig(proxy_kubeconfig, proxy_url, f"pat:{agent_id}:{admin_token}", None, name="tether")
+    proxy_url = f"https://127.0.0.1:{KAS_PORTS['k8s_proxy']}/k8s-proxy/"
+    write_kubeconfig(proxy_kubeconfig, proxy_url, f"pat:{agent_id}:{admin_token}", proxy_tls.ca_cert, name="tether")
     return {
         "kubeconfig (through kas)": f"export KUBECONFIG={shlex.quote(str(proxy_kubeconfig))}",
         "try": "kubectl get nodes",
