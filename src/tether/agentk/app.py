@@ -28,6 +28,8 @@ from tether.agentk.internal_server import InternalServer
 from tether.kube.client import KubeClient, KubeError, ServerVersion
 from tether.kube.kubeconfig import load_credentials
 from tether.modules.agent_configuration.agent_watcher import ConfigurationWatcher, build_agent_meta
+from tether.modules.kubernetes_api.agent import SERVICE as KUBERNETES_API_SERVICE
+from tether.modules.kubernetes_api.agent import KubernetesApiAgent
 from tether.modules.pods.agent import PodsServicer
 from tether.modules.reverse_tunnel.agent_connection import ConnectedTunnels, TunnelConnection
 from tether.modules.reverse_tunnel.agent_pool import ConnectionPool, PooledConnection, TunnelListener
@@ -117,15 +119,19 @@ class AgentkApp:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, stop.set)
         config = self._config
-        kube = KubeClient(load_credentials(config.kubeconfig))
+        credentials = load_credentials(config.kubeconfig)
+        kube = KubeClient(credentials)
+        kubernetes_api = KubernetesApiAgent(credentials)
         message_limits = [
             ("grpc.max_receive_message_length", config.max_receive_message_bytes),
             ("grpc.max_send_message_length", config.max_send_message_bytes),
         ]
         internal = InternalServer(options=message_limits)
         internal.add_servicer(pods_grpc.add_PodsServicer_to_server, PodsServicer(kube))
+        internal.add_generic_handler(KUBERNETES_API_SERVICE, kubernetes_api.handlers())
         async with contextlib.AsyncExitStack() as stack:
             stack.push_async_callback(kube.close)
+            stack.push_async_callback(kubernetes_api.close)
             await internal.start()
             stack.push_async_callback(internal.stop, 1.0)
             descriptor = internal.descriptor()

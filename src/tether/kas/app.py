@@ -1,10 +1,12 @@
 """The kas process: builds every module from the configuration, runs the listeners, shuts down cleanly.
 
 Listeners (kas.md §0.1): agent gRPC (agentk), api gRPC (the hub; JWT ``iss=gitlab``, ``aud=gitlab-kas``),
-private api gRPC (other kas only; JWT ``iss=aud=gitlab-kas`` with a kas-only secret) and observability
-HTTP. On SIGTERM (kas.md §8.6): readiness turns false, configuration streams and idle tunnels end with OK
-so agents reconnect elsewhere, everything this kas wrote to Redis is removed at once, listeners stop
-accepting, and in-flight forwarded calls get ``routing.shutdown_grace_period`` to finish.
+private api gRPC (other kas only; JWT ``iss=aud=gitlab-kas`` with a kas-only secret), observability
+HTTP and, when ``agent.kubernetes_api`` is configured, the Kubernetes API proxy (HTTP, kas.md §5).
+On SIGTERM (kas.md §8.6): readiness turns false, configuration streams and idle tunnels end with OK so
+agents reconnect elsewhere, everything this kas wrote to Redis is removed at once, listeners stop
+accepting, and in-flight forwarded calls get ``routing.shutdown_grace_period`` to finish (proxied HTTP
+requests: ``agent.kubernetes_api.listen.shutdown_grace_period``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from tether.kas.observability import GaugeCollector, ObservabilityServer
 from tether.modules.agent_configuration.kas_server import AgentConfigurationServicer
 from tether.modules.agent_tracker.api import AgentTrackerServicer
 from tether.modules.agent_tracker.tracker import AgentTracker
+from tether.modules.kubernetes_api.auth import ProxyUserAuthorizer
+from tether.modules.kubernetes_api.server import KubernetesApiProxy
 from tether.modules.pods.kas import ROUTED_METHODS as POD_METHODS
 from tether.modules.reverse_tunnel.kas_server import ReverseTunnelServicer
 from tether.modules.reverse_tunnel.registry import TunnelRegistry
@@ -196,6 +200,15 @@ class KasApp:
             agent.info_cache_ttl,
             agent.info_cache_error_ttl,
         )
+        self.kubernetes_api: KubernetesApiProxy | None = None
+        if agent.kubernetes_api is not None:
+            proxy = agent.kubernetes_api
+            self.kubernetes_api = KubernetesApiProxy(
+                proxy,
+                self.router,
+                ProxyUserAuthorizer(self.gitlab, proxy.allowed_agent_cache_ttl, proxy.allowed_agent_cache_error_ttl),
+                config.gitlab.external_url,
+            )
         self._connected_agents = 0.0
         self.metrics = CollectorRegistry()
         self.metrics.register(
@@ -283,6 +296,12 @@ class KasApp:
             "api": _bind(self.api_server, self.config.api.listen, "api"),
             "private_api": _bind(self.private_server, self.config.private_api.listen, "private_api"),
         }
+        if self.kubernetes_api is not None and self.config.agent.kubernetes_api is not None:
+            address = self.config.agent.kubernetes_api.listen.address
+            try:
+                self.ports["kubernetes_api"] = await self.kubernetes_api.start()
+            except (OSError, ValueError) as exc:
+                raise KasStartError(f"kubernetes_api listener cannot listen on {address}: {exc}") from exc
         for server in (self.agent_server, self.api_server, self.private_server):
             await server.start()
         loop = asyncio.get_running_loop()
@@ -320,12 +339,22 @@ class KasApp:
                 self._connected_agents = float(await asyncio.wait_for(self.agent_tracker.connected_agent_count(), 1.0))
             await asyncio.sleep(5.0)
 
+    async def _stop_kubernetes_api(self) -> None:
+        proxy_config = self.config.agent.kubernetes_api
+        if self.kubernetes_api is None or proxy_config is None:
+            return
+        await asyncio.sleep(proxy_config.listen.listen_grace_period)
+        await self.kubernetes_api.stop()
+
     async def stop(self) -> None:
         """Shut down as described in the module docstring; safe to call twice."""
         if self.stopping.is_set():
             return
         self.stopping.set()
         began = time.monotonic()
+        # The proxy's in-flight requests (watches, upgrades) run through the routing below, so its own
+        # grace periods run alongside, and it is stopped before routing's connections close.
+        proxy_stopped = asyncio.ensure_future(self._stop_kubernetes_api())
         await asyncio.sleep(self.config.agent.listen.listen_grace_period)
         await self.registry.stop()
         grace = self.config.routing.shutdown_grace_period
@@ -339,6 +368,7 @@ class KasApp:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await proxy_stopped
         await self.pool.close()
         await self.gitlab.close()
         await self.observability.stop()

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tether.tool.durations import Duration
 
@@ -53,11 +53,42 @@ class AgentConfigurationCF(_Section):
     max_configuration_file_size: int = 131072
 
 
+class KubernetesApiListenCF(ListenCF):
+    """The Kubernetes API proxy's HTTP listener (kas.md §5.1); TLS when both certificate and key are set."""
+
+    address: str = "0.0.0.0:8154"
+    #: After SIGTERM, how long the listener still accepts requests (upstream ``listen_grace_period``).
+    listen_grace_period: Duration = 5.0
+    #: After SIGTERM, how long in-flight requests (watches, exec sessions) may continue before being cut.
+    shutdown_grace_period: Duration = 3600.0
+
+
+class KubernetesApiCF(_Section):
+    """The Kubernetes API proxy (kas.md §5, §7 ``agent.kubernetes_api``); the section's absence turns it off."""
+
+    listen: KubernetesApiListenCF = KubernetesApiListenCF()
+    #: Requests must be under this path; it is stripped (keeping a leading ``/``) before forwarding.
+    url_path_prefix: str = "/"
+    #: How long a successful ``authorize_proxy_user`` answer is reused for the same credentials.
+    allowed_agent_cache_ttl: Duration = 60.0
+    #: How long a refusal (hub 401/403/404) is reused for the same credentials.
+    allowed_agent_cache_error_ttl: Duration = 10.0
+
+    @field_validator("url_path_prefix")
+    @classmethod
+    def _normalize_prefix(cls, value: str) -> str:
+        # kas.md §5.1: always normalised to end with "/".
+        if not value.startswith("/"):
+            raise ValueError(f"url_path_prefix {value!r} must start with '/'")
+        return value if value.endswith("/") else value + "/"
+
+
 class AgentCF(_Section):
     """Everything about agent connections."""
 
     listen: AgentListenCF = AgentListenCF()
     configuration: AgentConfigurationCF = AgentConfigurationCF()
+    kubernetes_api: KubernetesApiCF | None = None
     info_cache_ttl: Duration = 300.0
     info_cache_error_ttl: Duration = 60.0
     redis_conn_info_ttl: Duration = 300.0

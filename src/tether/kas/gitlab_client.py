@@ -63,6 +63,43 @@ class AgentConfigurationDoc:
     project_path: str = ""
 
 
+@dataclass(frozen=True)
+class RoleGrant:
+    """A project or group the user belongs to, with the user's roles in it.
+
+    Attributes:
+        id: project or group id.
+        roles: role names, e.g. ``("developer",)``.
+    """
+
+    id: int
+    roles: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ProxyUserAuthorization:
+    """The hub's answer to ``authorize_proxy_user`` (kas.md §4.5 ``AuthorizeProxyUserResponse``).
+
+    Attributes:
+        agent_id: the agent the user may reach.
+        config_project_id: the agent's configuration project.
+        user_id: the GitLab user's id.
+        username: the GitLab user's username.
+        access_as_user: True for ``access_as: {user: ...}`` (impersonate the user), False for
+            ``access_as: {agent: {}}`` (the agent's own identity).
+        projects: with ``access_as_user``, the projects and the user's roles in each.
+        groups: with ``access_as_user``, the groups and the user's roles in each.
+    """
+
+    agent_id: int
+    config_project_id: int
+    user_id: int
+    username: str
+    access_as_user: bool
+    projects: tuple[RoleGrant, ...] = ()
+    groups: tuple[RoleGrant, ...] = ()
+
+
 class GitlabClient:
     """HTTP client for ``<address>/api/v4/internal/kubernetes/...``.
 
@@ -137,6 +174,30 @@ class GitlabClient:
             project_path=str(data.get("project_path", "")),
         )
 
+    async def authorize_proxy_user(
+        self, agent_id: int, access_type: str, access_key: str, csrf_token: str
+    ) -> ProxyUserAuthorization:
+        """``POST authorize_proxy_user``: ask whether a user may reach ``agent_id`` through the k8s proxy.
+
+        Args:
+            agent_id: the agent named in the request.
+            access_type: ``personal_access_token`` or ``session_cookie`` (kas.md §4.5).
+            access_key: the personal access token, or the unescaped ``_gitlab_kas`` cookie value.
+            csrf_token: the CSRF token of a session cookie request; empty for a token.
+
+        Raises:
+            GitlabClientError: 401 (unknown credentials), 403 (no access to the agent), 404 (no such agent),
+                any other failure status, or 502 for an answer that does not have the documented shape.
+            aiohttp.ClientError, TimeoutError: the hub is unreachable.
+        """
+        path = "/api/v4/internal/kubernetes/authorize_proxy_user"
+        body = {"agent_id": agent_id, "access_type": access_type, "access_key": access_key, "csrf_token": csrf_token}
+        data = await self._request("POST", "authorize_proxy_user", body=body)
+        try:
+            return _proxy_user_authorization(data)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise GitlabClientError(502, path, f"malformed answer: {exc!r}") from exc
+
     async def close(self) -> None:
         """Close the HTTP session."""
         if self._session is not None:
@@ -152,3 +213,31 @@ def _reason(text: str) -> str:
     if isinstance(data, dict):
         return str(data.get("message") or data.get("error") or data)[:200]
     return str(data)[:200]
+
+
+def _grants(items: Any) -> tuple[RoleGrant, ...]:
+    return tuple(
+        RoleGrant(id=int(item["id"]), roles=tuple(str(r) for r in item.get("roles") or ())) for item in items or ()
+    )
+
+
+def _proxy_user_authorization(data: Any) -> ProxyUserAuthorization:
+    # Shape (kas.md §4.5): {"agent": {"id", "config_project": {"id"}}, "user": {"id", "username"},
+    #                       "access_as": {"agent": {}} | {"user": {"projects": [...], "groups": [...]}}}
+    access_as = data["access_as"]
+    if "user" in access_as:
+        user_access = access_as["user"] or {}
+        projects, groups, as_user = _grants(user_access.get("projects")), _grants(user_access.get("groups")), True
+    elif "agent" in access_as:
+        projects, groups, as_user = (), (), False
+    else:
+        raise ValueError(f"access_as must hold 'agent' or 'user', got {sorted(access_as)}")
+    return ProxyUserAuthorization(
+        agent_id=int(data["agent"]["id"]),
+        config_project_id=int(data["agent"]["config_project"]["id"]),
+        user_id=int(data["user"]["id"]),
+        username=str(data["user"]["username"]),
+        access_as_user=as_user,
+        projects=projects,
+        groups=groups,
+    )
