@@ -138,10 +138,13 @@ class Tunnel:
             raise
         finally:
             for task in (to_agent, from_agent):
-                if task is not None and not task.done():
+                if task is None:
+                    continue
+                if not task.done():
                     task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await task
+                # Awaiting marks a failure as retrieved: a pump failing after the outcome is known is expected.
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
             self.retire(tunnel_status)
 
     async def _send(self, response: rpc_pb2.ConnectResponse) -> None:

@@ -343,6 +343,9 @@ class Router:
 
     @staticmethod
     async def _pump_requests(call: GatewayCall, caller: CallerSide) -> None:
-        while (data := await caller.read()) is not None:
-            await call.write(data)
-        await call.done_writing()
+        try:
+            while (data := await caller.read()) is not None:
+                await call.write(data)
+            await call.done_writing()
+        except GatewayUnavailable:
+            pass  # the gateway already ended the call; its outcome arrives on the response side
