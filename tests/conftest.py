@@ -1,1 +1,7 @@
-pytest_plugins = ["tests.fixtures.servers", "tests.fixtures.k8s", "tests.fixtures.hub_stub", "tests.fixtures.system"]
+pytest_plugins = [
+    "tests.fixtures.servers",
+    "tests.fixtures.k8s",
+    "tests.fixtures.hub_stub",
+    "tests.fixtures.system",
+    "tests.fixtures.hub",
+]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 
 import click
 
@@ -10,10 +12,11 @@ from tether import __version__
 from tether.agentk.command import agentk_command
 from tether.devenv.assets import AssetsMissing
 from tether.devenv.build import BuildError
-from tether.devenv.commands import console, dev, print_access, start_cluster, wait_for_exit
-from tether.devenv.commands import default_cluster_dir as _default_cluster_dir
+from tether.devenv.commands import console, dev
 from tether.devenv.process import EnvironmentProblem
+from tether.hub.command import hub
 from tether.kas.command import kas_command
+from tether.up import UpOptions, run_up
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -23,23 +26,44 @@ def cli() -> None:
 
 
 @cli.command()
-@click.option("--nodes", default=1, show_default=True, help="Number of kwok fake nodes in the local cluster.")
-def up(nodes: int) -> None:
+@click.option("--replicas", default=1, show_default=True, help="Number of kas replicas (2+ needs --redis).")
+@click.option(
+    "--redis", "redis_url", default=None, help="Redis URL shared by the kas replicas, e.g. redis://127.0.0.1:6379/0."
+)
+@click.option(
+    "--state-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Where the hub database, secrets, configs and logs live (default: ~/.local/share/tether/up).",
+)
+def up(replicas: int, redis_url: str | None, state_dir: Path | None) -> None:
     """Run the whole system on embedded defaults; Ctrl-C stops everything.
 
-    Today this starts the local Kubernetes cluster (building it once per machine if needed) and prints
-    how to reach it; kas, agentk and the hub join as they are built.
+    Starts the local Kubernetes cluster (unless KUBECONFIG names one; the binaries are built once per
+    machine), the hub on SQLite, kas and agentk, registers a demo project and agent, then prints a
+    kubeconfig whose server is kas' Kubernetes API proxy.
     """
-    local = start_cluster(_default_cluster_dir(), nodes, None)
-    assert local.info is not None
-    print_access(local.info)
-    click.echo("Press Ctrl-C to stop.")
-    wait_for_exit(local)
+    kubeconfig = os.environ.get("KUBECONFIG")
+    options = UpOptions(
+        state_dir=state_dir or Path("~/.local/share/tether/up").expanduser(),
+        replicas=replicas,
+        redis_url=redis_url,
+        kubeconfig=Path(kubeconfig) if kubeconfig else None,
+    )
+
+    def show(lines: dict[str, str]) -> None:
+        click.echo()
+        for label, value in lines.items():
+            click.echo(f"{label + ':':28s} {value}")
+        click.echo("\nPress Ctrl-C to stop.")
+
+    run_up(options, lambda line: console.print(f"[dim]{line}[/dim]"), show)
 
 
 cli.add_command(dev)
 cli.add_command(kas_command)
 cli.add_command(agentk_command)
+cli.add_command(hub)
 
 
 def main() -> None:

@@ -1,0 +1,113 @@
+"""The hub's ASGI application.
+
+REST API under ``/api/v4``, internal API under ``/api/v4/internal``, OpenAPI at ``/openapi.json`` (interactive
+docs at ``/docs``), health at ``/-/health``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import grpc
+from fastapi import APIRouter, FastAPI
+
+from tether import __version__
+from tether.hub.api import errors
+from tether.hub.api.access_log import AccessLogMiddleware
+from tether.hub.api.encoded_paths import EncodedPathMiddleware
+from tether.hub.api.form_bodies import FormBodyMiddleware
+from tether.hub.api.internal_auth import KasJwtMiddleware
+from tether.hub.api.routes_agent_config import router as agent_config_router
+from tether.hub.api.routes_agent_tokens import router as agent_tokens_router
+from tether.hub.api.routes_agents import router as agents_router
+from tether.hub.api.routes_groups import router as groups_router
+from tether.hub.api.routes_internal import router as internal_router
+from tether.hub.api.routes_members import router as members_router
+from tether.hub.api.routes_projects import router as projects_router
+from tether.hub.api.routes_users import router as users_router
+from tether.hub.api.state import HubState
+from tether.hub.config import HubConfig
+from tether.hub.db.engine import Database
+from tether.hub.db.migrate import ensure_current
+from tether.hub.kas_client import KasApiClient
+from tether.tool.secrets import load_base64_secret
+
+log = logging.getLogger(__name__)
+
+
+def _kas_client(config: HubConfig) -> KasApiClient | None:
+    if config.kas.api_address is None:
+        return None
+    secret = load_base64_secret(config.kas_secret_file)
+    credentials = None
+    if config.kas.ca_certificate_file is not None:
+        credentials = grpc.ssl_channel_credentials(root_certificates=config.kas.ca_certificate_file.read_bytes())
+    return KasApiClient(config.kas.api_address, secret, credentials)
+
+
+def create_app(config: HubConfig, gitlab_secret: bytes) -> FastAPI:
+    """Build the application; the database and the kas client are opened by its lifespan.
+
+    Args:
+        config: the hub configuration.
+        gitlab_secret: the internal API JWT secret (32 bytes), loaded by the caller so errors show before binding.
+
+    The lifespan migrates the database when ``database.auto_migrate`` (else checks it is current) and raises
+    :class:`~tether.hub.db.migrate.SchemaNotCurrent`, :class:`~tether.tool.secrets.SecretError` or
+    SQLAlchemy errors when it cannot start.
+    """
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        db = Database(config.database_url)
+        kas = None
+        try:
+            await ensure_current(db.engine, config.database.auto_migrate)
+            kas = _kas_client(config)
+            app.state.hub = HubState(config=config, db=db, gitlab_secret=gitlab_secret, kas=kas)
+            log.info("hub ready on %s (database: %s)", config.listen, db.backend)
+            yield
+        finally:
+            if kas is not None:
+                await kas.close()
+            await db.close()
+
+    app = FastAPI(
+        title="Tether hub",
+        version=__version__,
+        description="The control plane of Tether: a GitLab-shaped REST API (/api/v4) and the internal API kas calls.",
+        lifespan=lifespan,
+    )
+    errors.install(app)
+    api = APIRouter(prefix="/api/v4")
+    for router in (
+        users_router,
+        groups_router,
+        projects_router,
+        members_router,
+        agents_router,
+        agent_tokens_router,
+        agent_config_router,
+        internal_router,
+    ):
+        api.include_router(router)
+
+    @api.get("/version", tags=["meta"], summary="Version")
+    async def version() -> dict[str, str]:
+        """The hub's version (GitLab clients call this to probe the server)."""
+        return {"version": __version__, "revision": "tether"}
+
+    app.include_router(api)
+
+    @app.get("/-/health", tags=["meta"], summary="Liveness")
+    async def health() -> dict[str, str]:
+        """200 while the process serves requests."""
+        return {"status": "ok"}
+
+    app.add_middleware(FormBodyMiddleware)
+    app.add_middleware(KasJwtMiddleware)
+    app.add_middleware(EncodedPathMiddleware)
+    app.add_middleware(AccessLogMiddleware)
+    return app

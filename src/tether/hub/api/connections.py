@@ -1,0 +1,45 @@
+"""Live agent connections, asked from kas' agent tracker through the api listener (seed 000, kas.md §4.2).
+
+The REST agent resource must answer even when kas is down: then the list is empty and ``connections_error``
+says why, never a 500.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC
+
+import grpc
+
+from tether.hub.api.schemas_out import ConnectionOut
+from tether.hub.api.state import HubState
+from tether.pb.gitlab.agent.agent_tracker.agent_tracker_pb2 import ConnectedAgentInfo
+
+log = logging.getLogger(__name__)
+
+
+def connection_out(info: ConnectedAgentInfo) -> ConnectionOut:
+    """Build a :class:`ConnectionOut` from kas' ``ConnectedAgentInfo``."""
+    meta = info.agent_meta
+    return ConnectionOut(
+        connection_id=info.connection_id,
+        agent_version=meta.version,
+        agent_commit=meta.commit_id,
+        pod_name=meta.pod_name,
+        pod_namespace=meta.pod_namespace,
+        connected_at=info.connected_at.ToDatetime(tzinfo=UTC) if info.HasField("connected_at") else None,
+        kubernetes_version=meta.kubernetes_version.git_version,
+    )
+
+
+async def agent_connections(state: HubState, agent_id: int) -> tuple[list[ConnectionOut], str | None]:
+    """(connections, error): the agent's live connections, or an empty list and the reason kas gave none."""
+    if state.kas is None:
+        return [], "kas api address is not configured (kas.api_address)"
+    try:
+        infos = await state.kas.connected_agents_by_agent_id(agent_id, timeout_s=state.config.kas.timeout)
+    except grpc.aio.AioRpcError as exc:
+        log.warning("kas api: listing connections of agent %d failed: %s", agent_id, exc.code().name)
+        return [], f"kas unavailable: {exc.code().name}: {exc.details()}"
+    connections = sorted((connection_out(i) for i in infos), key=lambda c: c.connection_id)
+    return connections, None

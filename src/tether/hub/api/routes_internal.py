@@ -1,0 +1,107 @@
+"""The internal API kas calls (kas.md §4.4; ``docs/configuration.md`` "The hub's internal API as kas uses it").
+
+Every call, including one to an unknown internal path, must carry ``Gitlab-Kas-Api-Request: <JWT>`` signed with
+the shared secret, ``iss=gitlab-kas``, ``aud=gitlab``; otherwise 401 ``{"message": ...}``. Calls on behalf of an
+agent carry its token as ``Authorization: Bearer <token>`` (upstream) and/or ``Gitlab-Agent-Api-Request``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Request
+
+from tether.hub.api.internal_auth import JWT_HEADER, check_kas_jwt
+from tether.hub.api.schemas_in import AuthorizeProxyUser
+from tether.hub.api.state import hub_state
+from tether.hub.errors import NotFound, Unauthorized
+from tether.hub.service import agents, internal
+
+AGENT_TOKEN_HEADER = "Gitlab-Agent-Api-Request"
+
+
+async def require_kas_jwt(
+    request: Request,
+    jwt: Annotated[
+        str | None, Header(alias=JWT_HEADER, description="HS256 JWT, iss=gitlab-kas, aud=gitlab (raw, no Bearer).")
+    ] = None,
+) -> None:
+    """Check the kas JWT of an internal call.
+
+    :class:`~tether.hub.api.internal_auth.KasJwtMiddleware` already did, before the body was read; this
+    dependency documents the header in the OpenAPI document.
+
+    Raises:
+        Unauthorized: missing header, bad signature, expired, wrong issuer or audience.
+    """
+    problem = check_kas_jwt(jwt, hub_state(request).gitlab_secret)
+    if problem is not None:
+        raise Unauthorized(f"401 Unauthorized - {problem}")
+
+
+def agent_token(
+    authorization: Annotated[str | None, Header(description="Bearer <agent token>")] = None,
+    agent_header: Annotated[str | None, Header(alias=AGENT_TOKEN_HEADER, description="<agent token>")] = None,
+) -> str:
+    """The agent token from either header.
+
+    Raises:
+        Unauthorized: neither header, or the two disagree.
+    """
+    bearer = authorization[7:].strip() if authorization and authorization[:7].lower() == "bearer " else None
+    if bearer and agent_header and bearer != agent_header:
+        raise Unauthorized("401 Unauthorized - the two agent token headers disagree")
+    token = agent_header or bearer
+    if not token:
+        raise Unauthorized("401 Unauthorized - agent token missing")
+    return token
+
+
+router = APIRouter(prefix="/internal", tags=["internal (kas)"], dependencies=[Depends(require_kas_jwt)])
+AgentToken = Annotated[str, Depends(agent_token)]
+
+
+@router.get("/kubernetes/agent_info", summary="Who an agent token belongs to")
+async def agent_info(request: Request, token: AgentToken) -> dict[str, Any]:
+    """``GetAgentInfoResponse`` JSON; 401 for an unknown or revoked token. Notes the token's ``last_used_at``."""
+    async with hub_state(request).db.transaction() as session:
+        owner = await internal.agent_for_token(session, token)
+    return {
+        "project_id": owner.project.id,
+        "agent_id": owner.agent.id,
+        "agent_name": owner.agent.name,
+        "gitaly_info": {},
+        "gitaly_repository": {},
+        "default_branch": owner.project.default_branch,
+    }
+
+
+@router.get("/kubernetes/agent_configuration", summary="The agent's configuration file (Tether)")
+async def agent_configuration(request: Request, token: AgentToken) -> dict[str, Any]:
+    """``{"commit_id", "configuration", "project_path"}``; ``commit_id`` changes whenever the configuration does."""
+    async with hub_state(request).db.transaction() as session:
+        owner = await internal.agent_for_token(session, token)
+        view = await agents.get_configuration(session, owner.agent)
+    return {
+        "commit_id": view.commit_id,
+        "configuration": view.row.document if view.row is not None else {},
+        "project_path": owner.project.full_path,
+    }
+
+
+@router.post("/kubernetes/authorize_proxy_user", summary="May this user reach the cluster through this agent?")
+async def authorize_proxy_user(request: Request, body: AuthorizeProxyUser) -> dict[str, Any]:
+    """``AuthorizeProxyUserResponse`` JSON (kas.md §4.5).
+
+    401 bad credential or session cookie, 403 not authorized or no ``k8s_proxy`` scope, 404 unknown agent; kas
+    turns each into 401 for the client.
+    """
+    async with hub_state(request).db.transaction() as session:
+        result = await internal.authorize_proxy_user(session, body.agent_id, body.access_type, body.access_key)
+    return result.to_json()
+
+
+@router.api_route("/{rest:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"], include_in_schema=False)
+async def unknown_internal(rest: str) -> None:
+    """Any other internal path: 404, but only after the JWT check."""
+    raise NotFound()

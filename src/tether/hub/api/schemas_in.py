@@ -1,0 +1,87 @@
+"""Request bodies. Unknown fields are rejected (``extra="forbid"``), so a typo is a 400 naming the field."""
+
+from __future__ import annotations
+
+from datetime import date
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class UserCreate(_Body):
+    """``POST /users`` (administrators)."""
+
+    username: str = Field(description="Login name; also the path of the user's personal namespace.")
+    name: str = Field(description="Display name.")
+    email: str | None = None
+    admin: bool = False
+
+
+class PersonalAccessTokenCreate(_Body):
+    """``POST /users/:id/personal_access_tokens`` and ``POST /user/personal_access_tokens``."""
+
+    name: str
+    scopes: list[str] = Field(description="Any of api, read_api, k8s_proxy.")
+    expires_at: date | None = Field(default=None, description="First day (UTC) the token no longer works.")
+    description: str = ""
+
+
+class GroupCreate(_Body):
+    """``POST /groups``."""
+
+    name: str
+    path: str
+    parent_id: int | None = Field(default=None, description="Parent group id, for a subgroup.")
+    description: str = ""
+
+
+class ProjectCreate(_Body):
+    """``POST /projects``; one of ``name`` and ``path`` is required."""
+
+    name: str | None = None
+    path: str | None = None
+    namespace_id: int | str | None = Field(
+        default=None, description="Group or user namespace (id or full path); default: your personal namespace."
+    )
+    description: str = ""
+    default_branch: str = "main"
+
+
+class MemberCreate(_Body):
+    """``POST /projects/:id/members`` and ``POST /groups/:id/members``."""
+
+    user_id: int | str = Field(description="User id or username.")
+    access_level: int = Field(description="10 Guest, 20 Reporter, 30 Developer, 40 Maintainer, 50 Owner.")
+    expires_at: date | None = None
+
+
+class MemberUpdate(_Body):
+    """``PUT /projects/:id/members/:user_id`` and ``PUT /groups/:id/members/:user_id``."""
+
+    access_level: int
+    expires_at: date | None = None
+
+
+class AgentCreate(_Body):
+    """``POST /projects/:id/cluster_agents``."""
+
+    name: str = Field(description="A DNS label of at most 63 characters, unique in the project.")
+
+
+class AgentTokenCreate(_Body):
+    """``POST /projects/:id/cluster_agents/:agent_id/tokens``."""
+
+    name: str
+    description: str = ""
+
+
+class AuthorizeProxyUser(_Body):
+    """``POST /api/v4/internal/kubernetes/authorize_proxy_user`` (kas.md §4.5)."""
+
+    agent_id: int
+    access_type: str = Field(description="personal_access_token (session_cookie is refused: no browser sessions).")
+    access_key: str
+    csrf_token: str = ""

@@ -1,0 +1,34 @@
+"""What request handlers share: the database, the secrets, the kas client and the configuration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fastapi import Request
+
+from tether.hub.config import HubConfig
+from tether.hub.db.engine import Database
+from tether.hub.kas_client import KasApiClient
+
+
+@dataclass
+class HubState:
+    """Process-wide state, stored in ``app.state.hub`` by the app's lifespan.
+
+    Attributes:
+        config: the configuration.
+        db: the database.
+        gitlab_secret: the internal API JWT secret (32 bytes).
+        kas: the client of kas' api listener, or None when ``kas.api_address`` is not configured.
+    """
+
+    config: HubConfig
+    db: Database
+    gitlab_secret: bytes
+    kas: KasApiClient | None
+
+
+def hub_state(request: Request) -> HubState:
+    """The state of the app serving ``request``."""
+    state: HubState = request.app.state.hub
+    return state

@@ -1,0 +1,1 @@
+"""``tether hub`` sub-commands (the group itself is in :mod:`tether.hub.command`)."""

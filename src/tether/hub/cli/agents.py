@@ -1,0 +1,139 @@
+"""``tether hub agent ...``: register agents, manage their tokens and configuration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from tether.hub.cli.common import err_console, in_transaction, print_secret, print_table
+from tether.hub.cli.context import HubContext, pass_hub
+from tether.hub.db.agents import ClusterAgent, ClusterAgentToken
+from tether.hub.errors import NotFound
+from tether.hub.service import agents
+from tether.hub.service.paths import find_project
+from tether.hub.service.principal import Principal
+
+
+async def _agent(session: AsyncSession, op: Principal, project_ref: str, name: str) -> ClusterAgent:
+    project = await find_project(session, project_ref)
+    agent = await session.scalar(
+        select(ClusterAgent).where(ClusterAgent.project_id == project.id, ClusterAgent.name == name)
+    )
+    if agent is None:
+        raise NotFound("Agent")
+    return await agents.get_agent(session, op, project, agent.id)
+
+
+@click.group("agent")
+def agent_group() -> None:
+    """Manage cluster agents."""
+
+
+@agent_group.command("register")
+@click.argument("project")
+@click.argument("name")
+@click.option("--token-name", default="default", show_default=True, help="Name of the agent's first token.")
+@pass_hub
+def agent_register(hub: HubContext, project: str, name: str, token_name: str) -> None:
+    """Register agent NAME in PROJECT (full path or id) and print its first token once (alone on stdout)."""
+
+    async def work(session: AsyncSession, op: Principal) -> tuple[int, str]:
+        target = await find_project(session, project)
+        agent = await agents.create_agent(session, op, target, name)
+        _row, plain = await agents.create_token(session, op, agent, token_name)
+        return agent.id, plain
+
+    agent_id, plain = in_transaction(hub, work)
+    err_console.print(f"agent {name} registered in {project} with id {agent_id}")
+    print_secret(f"token of agent {name}", plain)
+
+
+@agent_group.command("list")
+@click.argument("project")
+@pass_hub
+def agent_list(hub: HubContext, project: str) -> None:
+    """List the agents of PROJECT as a table."""
+
+    async def work(session: AsyncSession, op: Principal) -> list[ClusterAgent]:
+        target = await find_project(session, project)
+        return list(await session.scalars(agents.agents_query(target)))
+
+    rows = [(a.id, a.name, a.created_at) for a in in_transaction(hub, work)]
+    print_table(f"agents of {project}", ["id", "name", "created"], rows)
+
+
+@agent_group.command("token-create")
+@click.argument("project")
+@click.argument("name")
+@click.option("--token-name", default="cli", show_default=True, help="Name of the new token.")
+@pass_hub
+def agent_token_create(hub: HubContext, project: str, name: str, token_name: str) -> None:
+    """Create another token for agent NAME of PROJECT and print it once (alone on stdout)."""
+
+    async def work(session: AsyncSession, op: Principal) -> str:
+        _row, plain = await agents.create_token(session, op, await _agent(session, op, project, name), token_name)
+        return plain
+
+    print_secret(f"token of agent {name}", in_transaction(hub, work))
+
+
+@agent_group.command("token-list")
+@click.argument("project")
+@click.argument("name")
+@pass_hub
+def agent_token_list(hub: HubContext, project: str, name: str) -> None:
+    """List the active tokens of agent NAME of PROJECT (never the tokens themselves)."""
+
+    async def work(session: AsyncSession, op: Principal) -> list[ClusterAgentToken]:
+        return list(await session.scalars(agents.active_tokens_query(await _agent(session, op, project, name))))
+
+    rows = [(t.id, t.name, t.created_at, t.last_used_at) for t in in_transaction(hub, work)]
+    print_table(f"tokens of agent {name}", ["id", "name", "created", "last used"], rows)
+
+
+@agent_group.command("token-revoke")
+@click.argument("project")
+@click.argument("name")
+@click.argument("token_id", type=int)
+@pass_hub
+def agent_token_revoke(hub: HubContext, project: str, name: str, token_id: int) -> None:
+    """Revoke token TOKEN_ID of agent NAME of PROJECT."""
+
+    async def work(session: AsyncSession, op: Principal) -> None:
+        agents.revoke_token(await agents.get_token(session, await _agent(session, op, project, name), token_id))
+
+    in_transaction(hub, work)
+    click.echo(f"agent token {token_id} revoked")
+
+
+@agent_group.command("config-set")
+@click.argument("project")
+@click.argument("name")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@pass_hub
+def agent_config_set(hub: HubContext, project: str, name: str, file: Path) -> None:
+    """Set the configuration of agent NAME of PROJECT from FILE (YAML, upstream config.yaml schema)."""
+    content = file.read_text()
+
+    async def work(session: AsyncSession, op: Principal) -> int:
+        view = await agents.set_configuration(session, op, await _agent(session, op, project, name), content)
+        return view.version
+
+    click.echo(f"configuration of agent {name} is now version {in_transaction(hub, work)}")
+
+
+@agent_group.command("config-show")
+@click.argument("project")
+@click.argument("name")
+@pass_hub
+def agent_config_show(hub: HubContext, project: str, name: str) -> None:
+    """Print the configuration file of agent NAME of PROJECT."""
+
+    async def work(session: AsyncSession, op: Principal) -> str:
+        view = await agents.get_configuration(session, await _agent(session, op, project, name))
+        return view.row.content if view.row is not None else ""
+
+    click.echo(in_transaction(hub, work), nl=False)

@@ -1,0 +1,207 @@
+"""The hub's configuration: a YAML file, environment overrides, then command-line overrides.
+
+Precedence (highest first): command-line options, ``TETHER_HUB_*`` environment variables, the file, defaults.
+Unknown fields are errors and every error names its field. Secrets are never inline: each is a path to a file
+holding base64 text (kas.md §4.2).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from tether.hub.db.engine import DatabaseUrlError, check_url
+from tether.tool.durations import Duration
+
+DEFAULT_DATA_DIR = Path("~/.local/share/tether").expanduser()
+DEFAULT_LISTEN = "127.0.0.1:8080"
+
+#: Environment variable -> dotted configuration field.
+ENV_OVERRIDES = {
+    "TETHER_HUB_LISTEN": "listen",
+    "TETHER_HUB_DATA_DIR": "data_dir",
+    "TETHER_HUB_DATABASE_URL": "database.url",
+    "TETHER_HUB_AUTO_MIGRATE": "database.auto_migrate",
+    "TETHER_HUB_EXTERNAL_URL": "external_url",
+    "TETHER_HUB_GITLAB_SECRET_FILE": "gitlab.authentication_secret_file",
+    "TETHER_HUB_KAS_API_ADDRESS": "kas.api_address",
+    "TETHER_HUB_KAS_API_SECRET_FILE": "kas.authentication_secret_file",
+    "TETHER_HUB_LOG_LEVEL": "logging.level",
+}
+
+
+class ConfigError(ValueError):
+    """The configuration is unreadable or invalid; the message names the file and the field."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DatabaseCF(_Section):
+    """Where the data lives.
+
+    Attributes:
+        url: async SQLAlchemy URL; None means the SQLite file ``<data_dir>/hub.db``.
+        auto_migrate: apply pending migrations when the hub (or a CLI command) starts.
+    """
+
+    url: str | None = None
+    auto_migrate: bool = True
+
+
+class GitlabCF(_Section):
+    """The internal API kas calls (kas' ``gitlab`` section points here).
+
+    Attributes:
+        authentication_secret_file: base64 file, 32 bytes decoded, shared with kas; None means
+            ``<data_dir>/gitlab_secret``, created with a random secret when missing.
+    """
+
+    authentication_secret_file: Path | None = None
+
+
+class KasCF(_Section):
+    """kas' api listener, which the hub calls to list connected agents.
+
+    Attributes:
+        api_address: ``host:port`` of kas' ``api.listen``; None disables the calls.
+        authentication_secret_file: base64 file of kas' ``api.listen.authentication_secret_file``; None means the
+            gitlab secret (upstream deploys one secret for both directions).
+        ca_certificate_file: PEM CA for a TLS api listener; None means plaintext.
+        timeout: seconds to wait for kas per call.
+    """
+
+    api_address: str | None = None
+    authentication_secret_file: Path | None = None
+    ca_certificate_file: Path | None = None
+    timeout: Duration = 3.0
+
+
+class LoggingCF(_Section):
+    """Process logging level."""
+
+    level: Literal["debug", "info", "warn", "error"] = "info"
+
+
+class HubConfig(_Section):
+    """The whole configuration file.
+
+    Attributes:
+        listen: ``host:port`` of the HTTP listener.
+        external_url: base URL used in ``web_url`` fields and ``Link`` headers' fallback; None means
+            ``http://<listen>``.
+        data_dir: home of the default SQLite file and generated secret.
+    """
+
+    listen: str = DEFAULT_LISTEN
+    external_url: str | None = None
+    data_dir: Path = DEFAULT_DATA_DIR
+    database: DatabaseCF = DatabaseCF()
+    gitlab: GitlabCF = GitlabCF()
+    kas: KasCF = KasCF()
+    logging: LoggingCF = LoggingCF()
+
+    @property
+    def database_url(self) -> str:
+        """The configured URL, or the embedded SQLite file under ``data_dir``."""
+        return self.database.url or f"sqlite+aiosqlite:///{self.data_dir.expanduser() / 'hub.db'}"
+
+    @property
+    def gitlab_secret_file(self) -> Path:
+        """The internal API secret file (explicit or ``<data_dir>/gitlab_secret``)."""
+        return self.gitlab.authentication_secret_file or self.data_dir.expanduser() / "gitlab_secret"
+
+    @property
+    def kas_secret_file(self) -> Path:
+        """The kas api secret file (explicit or the gitlab secret file)."""
+        return self.kas.authentication_secret_file or self.gitlab_secret_file
+
+    @property
+    def base_url(self) -> str:
+        """``external_url`` without a trailing slash."""
+        return (self.external_url or f"http://{self.listen}").rstrip("/")
+
+    def listen_host_port(self) -> tuple[str, int]:
+        """Split ``listen``.
+
+        Raises:
+            ConfigError: not ``host:port`` with a numeric port.
+        """
+        host, sep, port = self.listen.rpartition(":")
+        if not sep or not port.isdigit() or not host:
+            raise ConfigError(f"listen: {self.listen!r} is not host:port")
+        return host.strip("[]"), int(port)
+
+
+def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = data
+    for part in parents:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = {}
+            node[part] = child
+        node = child
+    node[leaf] = value
+
+
+def load_config(
+    path: Path | None, environ: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None
+) -> HubConfig:
+    """Read the configuration.
+
+    Args:
+        path: YAML file, or None for defaults only.
+        environ: environment to read ``TETHER_HUB_*`` overrides from (default ``os.environ``).
+        overrides: dotted field -> value, applied last (command-line options); None values are skipped.
+
+    Raises:
+        ConfigError: unreadable file, bad YAML, unknown field, wrong type, or unsupported database URL.
+    """
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(path.read_text())
+        except OSError as exc:
+            raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping")
+        data = loaded or {}
+    env = os.environ if environ is None else environ
+    for variable, dotted in ENV_OVERRIDES.items():
+        if env.get(variable):
+            _set_dotted(data, dotted, env[variable])
+    for dotted, value in (overrides or {}).items():
+        if value is not None:
+            _set_dotted(data, dotted, value)
+    where = str(path) if path is not None else "configuration"
+    try:
+        config = HubConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {_problem(err)}" for err in exc.errors()
+        )
+        raise ConfigError(f"{where}: {problems}") from exc
+    try:
+        check_url(config.database_url)
+    except DatabaseUrlError as exc:
+        raise ConfigError(f"{where}: database.url: {exc}") from exc
+    try:
+        config.listen_host_port()
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+    return config
+
+
+def _problem(err: Mapping[str, Any]) -> str:
+    if err["type"] == "extra_forbidden":
+        return "unknown field"
+    return str(err["msg"])

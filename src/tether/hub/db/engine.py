@@ -1,0 +1,96 @@
+"""The async engine and transactions: SQLite (aiosqlite, the embedded default) or PostgreSQL (asyncpg)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+
+_SQLITE_BUSY_TIMEOUT_S = 30.0
+
+
+class DatabaseUrlError(ValueError):
+    """The database URL is malformed or names a driver the hub does not support."""
+
+
+def check_url(url: str) -> str:
+    """Return the backend name (``sqlite`` or ``postgresql``) of an async SQLAlchemy ``url``.
+
+    Args:
+        url: ``sqlite+aiosqlite:///path/hub.db`` or ``postgresql+asyncpg://user@host:port/db``.
+
+    Raises:
+        DatabaseUrlError: unparsable URL or another driver.
+    """
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise DatabaseUrlError(f"database url {url!r} is not a valid SQLAlchemy URL") from exc
+    if parsed.drivername == "sqlite+aiosqlite":
+        return "sqlite"
+    if parsed.drivername == "postgresql+asyncpg":
+        return "postgresql"
+    raise DatabaseUrlError(
+        f"database url driver {parsed.drivername!r} is not supported: use sqlite+aiosqlite:///<file> "
+        "or postgresql+asyncpg://<user>@<host>:<port>/<db>"
+    )
+
+
+def _sqlite_setup(engine: AsyncEngine) -> None:
+    # pysqlite's own transaction handling starts transactions lazily and cannot lock early; take it over so
+    # every transaction is BEGIN IMMEDIATE: writers queue on the busy timeout instead of failing on upgrade.
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={int(_SQLITE_BUSY_TIMEOUT_S * 1000)}")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def make_engine(url: str, echo: bool = False) -> AsyncEngine:
+    """Create the engine for ``url`` (see :func:`check_url`); SQLite gets foreign keys, WAL and a busy timeout.
+
+    Raises:
+        DatabaseUrlError: as :func:`check_url`.
+    """
+    backend = check_url(url)
+    if backend == "sqlite":
+        engine = create_async_engine(url, echo=echo, connect_args={"timeout": _SQLITE_BUSY_TIMEOUT_S})
+        _sqlite_setup(engine)
+        return engine
+    return create_async_engine(url, echo=echo, pool_pre_ping=True)
+
+
+class Database:
+    """The engine plus a session factory.
+
+    Args:
+        url: as :func:`check_url`.
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.backend = check_url(url)
+        self.engine = make_engine(url)
+        self._sessions = async_sessionmaker(self.engine, expire_on_commit=False)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncSession]:
+        """One transaction: committed when the block ends normally, rolled back when it raises."""
+        async with self._sessions() as session, session.begin():
+            yield session
+
+    async def close(self) -> None:
+        """Dispose of the connection pool."""
+        await self.engine.dispose()

@@ -1,0 +1,21 @@
+"""Every hub table, imported in one place so the metadata is complete (Alembic and tests use it)."""
+
+from __future__ import annotations
+
+from tether.hub.db.agents import AgentConfiguration, ClusterAgent, ClusterAgentToken
+from tether.hub.db.base import Base
+from tether.hub.db.namespaces import GroupMember, Namespace, Project, ProjectMember
+from tether.hub.db.users import PersonalAccessToken, User
+
+__all__ = [
+    "AgentConfiguration",
+    "Base",
+    "ClusterAgent",
+    "ClusterAgentToken",
+    "GroupMember",
+    "Namespace",
+    "PersonalAccessToken",
+    "Project",
+    "ProjectMember",
+    "User",
+]

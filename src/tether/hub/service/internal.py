@@ -1,0 +1,201 @@
+"""What kas asks the hub (kas.md §4.1, §4.4, §4.5).
+
+Who an agent token belongs to, the agent's configuration, and whether a user may use the Kubernetes API proxy
+through an agent.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from tether.hub import tokens
+from tether.hub.db.agents import TOKEN_ACTIVE, AgentConfiguration, ClusterAgent, ClusterAgentToken
+from tether.hub.db.namespaces import KIND_GROUP, Namespace, Project
+from tether.hub.db.types import utcnow
+from tether.hub.db.users import PersonalAccessToken, User
+from tether.hub.errors import Forbidden, NotFound, Unauthorized
+from tether.hub.roles import Role
+from tether.hub.service.access import inherited_group_level, user_project_level
+from tether.hub.service.principal import SCOPE_K8S_PROXY
+from tether.hub.service.users import token_active
+
+log = logging.getLogger(__name__)
+#: ``last_used_at`` of an agent token is written at most this often (kas asks on every connection).
+LAST_USED_UPDATE_INTERVAL = timedelta(minutes=1)
+ACCESS_PAT = "personal_access_token"
+ACCESS_SESSION_COOKIE = "session_cookie"
+
+
+@dataclass(frozen=True)
+class AgentTokenOwner:
+    """The agent an agent token belongs to.
+
+    Attributes:
+        agent: the agent.
+        project: its configuration project.
+    """
+
+    agent: ClusterAgent
+    project: Project
+
+
+async def agent_for_token(session: AsyncSession, plain: str) -> AgentTokenOwner:
+    """Resolve an agent token and note its use in ``last_used_at`` (at most once a minute).
+
+    Raises:
+        Unauthorized: empty, unknown or revoked token.
+    """
+    if not plain:
+        raise Unauthorized()
+    row = await session.scalar(select(ClusterAgentToken).where(ClusterAgentToken.token_digest == tokens.digest(plain)))
+    if row is None or row.status != TOKEN_ACTIVE:
+        raise Unauthorized()
+    now = utcnow()
+    if row.last_used_at is None or now - row.last_used_at > LAST_USED_UPDATE_INTERVAL:
+        row.last_used_at = now
+    agent = await session.get_one(ClusterAgent, row.agent_id)
+    project = await session.get_one(Project, agent.project_id)
+    return AgentTokenOwner(agent=agent, project=project)
+
+
+@dataclass(frozen=True)
+class ProxyAuthorization:
+    """The answer to ``authorize_proxy_user`` (upstream ``AuthorizeProxyUserResponse``, kas.md §4.5).
+
+    Attributes:
+        agent_id: the agent.
+        config_project_id: its project.
+        user_id, username: the authenticated user.
+        access_as: ``agent`` or ``user``.
+        projects, groups: for ``user``, the authorized projects/groups as (id, role labels).
+    """
+
+    agent_id: int
+    config_project_id: int
+    user_id: int
+    username: str
+    access_as: str
+    projects: list[tuple[int, list[str]]] = field(default_factory=list)
+    groups: list[tuple[int, list[str]]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON body kas parses."""
+        access_as: dict[str, Any]
+        if self.access_as == "agent":
+            access_as = {"agent": {}}
+        else:
+            access_as = {
+                "user": {
+                    "projects": [{"id": pid, "roles": roles} for pid, roles in self.projects],
+                    "groups": [{"id": gid, "roles": roles} for gid, roles in self.groups],
+                }
+            }
+        return {
+            "agent": {"id": self.agent_id, "config_project": {"id": self.config_project_id}},
+            "user": {"id": self.user_id, "username": self.username},
+            "access_as": access_as,
+        }
+
+
+async def authorize_proxy_user(
+    session: AsyncSession, agent_id: int, access_type: str, access_key: str
+) -> ProxyAuthorization:
+    """Decide whether the holder of ``access_key`` may reach the cluster of agent ``agent_id`` through kas.
+
+    Rules (GitLab ``Clusters::Agents::AuthorizeProxyUserService``, kas.md §4.5): the credential must be a valid
+    personal access token with scope ``k8s_proxy``; the agent's configuration must have ``user_access`` with
+    ``access_as``; the user must be Developer or above in a project or group listed there, or in the agent's own
+    project (a Tether rule, so an agent's maintainers need no self-listing). Roles are reported as the user's
+    effective role label, e.g. ``["developer"]``.
+
+    Raises:
+        Unauthorized: unknown/revoked/expired token, blocked user, or ``session_cookie`` (this hub has no browser
+            sessions).
+        Forbidden: no ``k8s_proxy`` scope, no ``user_access`` in the configuration, or the user is not authorized.
+        NotFound: no agent ``agent_id``.
+    """
+    if access_type == ACCESS_SESSION_COOKIE:
+        raise Unauthorized(
+            "401 Unauthorized - this hub has no browser sessions: use a personal access token with scope k8s_proxy"
+        )
+    if access_type != ACCESS_PAT:
+        raise Unauthorized(f"401 Unauthorized - unknown access_type {access_type!r}")
+    token = await session.scalar(
+        select(PersonalAccessToken).where(PersonalAccessToken.token_digest == tokens.digest(access_key))
+    )
+    if token is None or not token_active(token):
+        raise Unauthorized()
+    user = await session.get_one(User, token.user_id)
+    if user.state != "active":
+        raise Unauthorized("401 Unauthorized - user is blocked")
+    if SCOPE_K8S_PROXY not in token.scopes:
+        raise Forbidden("403 Forbidden - the token needs the k8s_proxy scope")
+    agent = await session.get(ClusterAgent, agent_id)
+    if agent is None:
+        raise NotFound("Agent")
+    project = await session.get_one(Project, agent.project_id)
+    config = await session.get(AgentConfiguration, agent.id)
+    user_access = (config.document if config is not None else {}).get("user_access")
+    if not user_access:
+        raise Forbidden("403 Forbidden - `user_access` keyword is not found in agent config file.")
+    access_as = user_access.get("access_as") or {}
+    if len(access_as) != 1:
+        raise Forbidden("403 Forbidden - `access_as` must exist only once under the `user_access` keyword.")
+    projects = await _authorized_projects(session, user.id, project, user_access.get("projects", []))
+    groups = await _authorized_groups(session, user.id, user_access.get("groups", []))
+    if not projects and not groups:
+        raise Forbidden(
+            "403 Forbidden - You must be a member of `projects` or `groups` under the `user_access` keyword."
+        )
+    kind = "agent" if "agent" in access_as else "user"
+    log.info("user %d may use agent %d's cluster as %s", user.id, agent.id, kind)
+    return ProxyAuthorization(
+        agent_id=agent.id,
+        config_project_id=project.id,
+        user_id=user.id,
+        username=user.username,
+        access_as=kind,
+        projects=projects if kind == "user" else [],
+        groups=groups if kind == "user" else [],
+    )
+
+
+async def _authorized_projects(
+    session: AsyncSession, user_id: int, own: Project, entries: list[dict[str, Any]]
+) -> list[tuple[int, list[str]]]:
+    candidates: dict[int, Project] = {own.id: own}
+    paths = [str(entry.get("id", "")).lower() for entry in entries]
+    if paths:
+        for project in await session.scalars(select(Project).where(func.lower(Project.full_path).in_(paths))):
+            candidates[project.id] = project
+    found = []
+    for project_id, project in sorted(candidates.items()):
+        level = await user_project_level(session, user_id, project)
+        if level >= Role.DEVELOPER:
+            found.append((project_id, [Role(level).label]))
+    return found
+
+
+async def _authorized_groups(
+    session: AsyncSession, user_id: int, entries: list[dict[str, Any]]
+) -> list[tuple[int, list[str]]]:
+    paths = [str(entry.get("id", "")).lower() for entry in entries]
+    if not paths:
+        return []
+    found = []
+    groups = await session.scalars(
+        select(Namespace)
+        .where(Namespace.kind == KIND_GROUP, func.lower(Namespace.full_path).in_(paths))
+        .order_by(Namespace.id)
+    )
+    for group in groups:
+        level = await inherited_group_level(session, user_id, group.full_path)
+        if level >= Role.DEVELOPER:
+            found.append((group.id, [Role(level).label]))
+    return found

@@ -1,0 +1,158 @@
+"""Bad input: each case is a 4xx whose message names the problem, and the database is left exactly as it was."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.fixtures.hub import RealHub
+from tests.hub.helpers import Setup, project_with_agent
+
+# Authentication notes a token's use; that is the one column a refused request may legitimately change.
+IGNORE = ("personal_access_tokens.last_used_at",)
+
+
+@pytest.fixture
+def setup(hub: RealHub) -> Setup:
+    setup = project_with_agent(hub, roles=("maintainer",))
+    response = hub.api().put(
+        f"/projects/{setup.project_id}/cluster_agents/{setup.agent_id}/configuration",
+        content=b"observability:\n  logging:\n    level: debug\n",
+    )
+    assert response.status_code == 200
+    return setup
+
+
+def _send(api: httpx.Client, method: str, path: str, body: Any) -> httpx.Response:
+    if isinstance(body, bytes):
+        return api.request(method, path, content=body, headers={"Content-Type": "application/json"})
+    return api.request(method, path, json=body)
+
+
+def cases(setup: Setup) -> list[tuple[str, str, str, Any, int, str]]:
+    """(what, method, path, body, status, text the message must contain)."""
+    agents = f"/projects/{setup.project_id}/cluster_agents"
+    config = f"{agents}/{setup.agent_id}/configuration"
+    return [
+        ("malformed JSON", "POST", agents, b'{"name": "x",', 400, "not valid JSON"),
+        ("JSON that is not an object", "POST", agents, b'["x"]', 400, "JSON object"),
+        ("unknown field", "POST", agents, {"name": "x", "nmae": "y"}, 400, "nmae"),
+        ("missing field", "POST", agents, {}, 400, "name is missing"),
+        ("wrong type", "POST", agents, {"name": 5}, 400, "name"),
+        ("too-long agent name", "POST", agents, {"name": "a" * 64}, 400, "maximum is 63"),
+        ("agent name not a DNS label", "POST", agents, {"name": "Prod_1"}, 400, "lowercase"),
+        ("duplicate agent name", "POST", agents, {"name": "production"}, 409, "has already been taken"),
+        ("token without name", "POST", f"{agents}/{setup.agent_id}/tokens", {"description": "d"}, 400, "name"),
+        ("too-long token name", "POST", f"{agents}/{setup.agent_id}/tokens", {"name": "n" * 256}, 400, "maximum"),
+        (
+            "config: wrong type",
+            "PUT",
+            config,
+            b"user_access:\n  access_as: {agent: {}}\n  projects: oops\n",
+            400,
+            "user_access.projects",
+        ),
+        (
+            "config: bad access_as",
+            "PUT",
+            config,
+            b"user_access:\n  access_as: {agent: {}, user: {}}\n",
+            400,
+            "user_access.access_as",
+        ),
+        (
+            "config: unknown field",
+            "PUT",
+            config,
+            b"observability: {logging: {levle: debug}}\n",
+            400,
+            "observability.logging.levle",
+        ),
+        (
+            "config: bad enum",
+            "PUT",
+            config,
+            b"observability: {logging: {level: loud}}\n",
+            400,
+            "observability.logging.level",
+        ),
+        ("config: not YAML", "PUT", config, b"user_access: [\n", 400, "not valid YAML"),
+        ("project: unknown field", "POST", "/projects", {"name": "p", "visibilty": "private"}, 400, "visibilty"),
+        (
+            "project: duplicate path",
+            "POST",
+            "/projects",
+            {"name": "clusters", "namespace_id": "platform"},
+            409,
+            "has already been taken",
+        ),
+        ("group: invalid path", "POST", "/groups", {"name": "G", "path": "-bad"}, 400, "path"),
+        (
+            "member: invalid role",
+            "POST",
+            f"/projects/{setup.project_id}/members",
+            {"user_id": setup.user_ids["outsider"], "access_level": 35},
+            400,
+            "access_level",
+        ),
+        (
+            "member: duplicate",
+            "POST",
+            f"/projects/{setup.project_id}/members",
+            {"user_id": setup.user_ids["maintainer"], "access_level": 30},
+            409,
+            "already exists",
+        ),
+        ("user: duplicate username", "POST", "/users", {"username": "MAINTAINER", "name": "x"}, 409, "username"),
+        (
+            "token: unknown scope",
+            "POST",
+            f"/users/{setup.user_ids['outsider']}/personal_access_tokens",
+            {"name": "t", "scopes": ["api", "sudo"]},
+            400,
+            "sudo",
+        ),
+        (
+            "token: expiry in the past",
+            "POST",
+            f"/users/{setup.user_ids['outsider']}/personal_access_tokens",
+            {"name": "t", "scopes": ["api"], "expires_at": "2020-01-01"},
+            400,
+            "expires_at",
+        ),
+        (
+            "token: bad date",
+            "POST",
+            f"/users/{setup.user_ids['outsider']}/personal_access_tokens",
+            {"name": "t", "scopes": ["api"], "expires_at": "tomorrow"},
+            400,
+            "expires_at",
+        ),
+        ("page 0", "GET", f"{agents}?page=0", None, 400, "page"),
+    ]
+
+
+def test_bad_input_is_refused_and_changes_nothing(hub: RealHub, setup: Setup) -> None:
+    api = hub.api()
+    api.get("/user")
+    before = hub.db.snapshot(IGNORE)
+    for what, method, path, body, status, needle in cases(setup):
+        response = _send(api, method, path, body)
+        assert response.status_code == status, (what, response.status_code, response.text)
+        assert needle in response.text, (what, response.text)
+        assert hub.db.snapshot(IGNORE) == before, f"{what} changed the database"
+
+
+def test_valid_config_after_refusals_is_stored_with_a_new_version(hub: RealHub, setup: Setup) -> None:
+    config = f"/projects/{setup.project_id}/cluster_agents/{setup.agent_id}/configuration"
+    api = hub.api()
+    assert api.put(config, content=b"user_access: 5\n").status_code == 400
+    assert api.get(config).json()["version"] == 1
+    response = api.put(config, content=b"user_access:\n  access_as: {user: {}}\n  groups: [{id: platform}]\n")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["version"] == 2
+    assert body["configuration"] == {"user_access": {"access_as": {"user": {}}, "groups": [{"id": "platform"}]}}
+    assert api.put(config, content=body["content"].encode()).json()["version"] == 2, "same text, same version"

@@ -1,0 +1,86 @@
+"""End to end with real kas and agentk on the real cluster: an agent registered through the hub's REST API
+connects with its token, the agent resource shows the connection, and a revoked token is refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from tests.fixtures.hub import HubLauncher
+from tests.fixtures.k8s import ClusterInfo
+from tests.fixtures.system import System, wait_until
+from tether.devenv.redis_server import RedisServer
+from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2 as config_pb2
+from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2_grpc as config_grpc
+
+pytestmark = [pytest.mark.k8s, pytest.mark.redis]
+
+
+def configuration_status(target: str, token: str) -> grpc.StatusCode:
+    """Open a fresh GetConfiguration stream with ``token``; OK once a configuration arrives, else the error."""
+    with grpc.insecure_channel(target) as channel:
+        stream = config_grpc.AgentConfigurationStub(channel).GetConfiguration(
+            config_pb2.ConfigurationRequest(), metadata=(("authorization", f"Bearer {token}"),), timeout=10
+        )
+        try:
+            for _response in stream:
+                stream.cancel()
+                return grpc.StatusCode.OK
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.CANCELLED:
+                return grpc.StatusCode.OK
+            return exc.code()  # type: ignore[no-any-return]
+    return grpc.StatusCode.UNKNOWN
+
+
+def test_agent_registered_through_rest_connects_and_revocation_refuses_it(
+    tmp_path: Path, k8s_cluster: ClusterInfo, redis_server: RedisServer, private_secret_file: Path
+) -> None:
+    launcher = HubLauncher(tmp_path, f"sqlite+aiosqlite:///{tmp_path / 'hub.db'}")
+    hub = launcher.prepare()
+    (tmp_path / "system").mkdir()
+    system = System(tmp_path / "system", hub, private_secret_file, k8s_cluster.kubeconfig, redis_server)  # type: ignore[arg-type]
+    try:
+        kas = system.kas()
+        launcher.start(hub, {"kas.api_address": kas.api_target})
+        gl = hub.gitlab()
+        project = gl.projects.create({"name": "clusters"})
+        agent = project.cluster_agents.create({"name": "e2e"})
+        tokens = f"/projects/{project.id}/cluster_agents/{agent.id}/tokens"
+        created = gl.http_post(tokens, post_data={"name": "agentk"})
+        token = created["token"]
+        gl.http_put(
+            f"/projects/{project.id}/cluster_agents/{agent.id}/configuration",
+            raw=True,
+            post_data=b"observability:\n  logging:\n    level: debug\n",
+        )
+        agent_api = f"/projects/{project.id}/cluster_agents/{agent.id}"
+
+        agentk = system.agentk(token, kas)
+
+        def connections() -> list[dict[str, Any]]:
+            return list(hub.api().get(agent_api).json()["connections"])
+
+        live = wait_until(connections, 60, "agentk's connection in the agent resource")
+        assert len(live) == 1
+        assert (live[0]["pod_name"], live[0]["pod_namespace"]) == (agentk.name, "tether-system")
+        assert live[0]["agent_version"] and live[0]["connected_at"]
+        assert hub.api().get(agent_api).json()["connections_error"] is None
+        assert gl.http_get(f"{tokens}/{created['id']}")["last_used_at"] is not None
+
+        target = kas.agent_address.removeprefix("grpc://")
+        assert configuration_status(target, token) == grpc.StatusCode.OK
+        gl.http_delete(f"{tokens}/{created['id']}")
+        wait_until(
+            lambda: configuration_status(target, token) == grpc.StatusCode.UNAUTHENTICATED,
+            15,
+            "kas to refuse the revoked token (info cache TTL 1 s)",
+            interval=0.5,
+        )
+        wait_until(lambda: connections() == [], 30, "the revoked agent's connection to end")
+    finally:
+        system.stop_all()
+        launcher.stop_all()
