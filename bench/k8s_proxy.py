@@ -116,17 +116,24 @@ async def run(pods: int, runs: int, gets: int) -> list[dict[str, object]]:
                 await asyncio.sleep(2)
             proxied = directory / "proxied.kubeconfig"
             write_kubeconfig(proxied, kas1.k8s_proxy_url, f"pat:{AGENT_ID}:{pat}", tls.ca_cert, name="kas")
-            timed_get_pods(proxied)  # warm both paths (tunnel pool, caches)
+            await asyncio.to_thread(timed_get_pods, proxied)  # warm both paths (tunnel pool, caches)
             direct_s, proxied_s, sizes = [], [], set()
             for _ in range(runs):
-                seconds, size = timed_get_pods(info.kubeconfig)
+                seconds, size = await asyncio.to_thread(timed_get_pods, info.kubeconfig)
                 direct_s.append(seconds)
                 sizes.add(size)
-                seconds, size = timed_get_pods(proxied)
+                seconds, size = await asyncio.to_thread(timed_get_pods, proxied)
                 proxied_s.append(seconds)
                 sizes.add(size)
             direct_ms = await small_gets(info.server + "/", info.token, info.ca_file, gets)
             proxy_ms = await small_gets(kas1.k8s_proxy_url, f"pat:{AGENT_ID}:{pat}", tls.ca_cert, gets)
+        except BaseException:
+            for log in sorted(directory.glob("**/*.log")):
+                if "cluster" not in log.parts:
+                    print(
+                        f"--- {log.name} (last lines)\n" + "\n".join(log.read_text().splitlines()[-8:]), file=sys.stderr
+                    )
+            raise
         finally:
             system.stop_all()
             await runner.cleanup()

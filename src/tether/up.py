@@ -229,6 +229,9 @@ async def bring_up(options: UpOptions, progress: Progress, running: Running) -> 
     if bootstrap.returncode != 0:
         raise EnvironmentProblem(f"tether hub bootstrap failed: {err.decode().strip()[-500:]}")
     admin_token = out.decode().strip()
+    admin_file = secrets_dir / "admin_token"
+    admin_file.write_text(admin_token + "\n")
+    admin_file.chmod(0o600)
     agent_id, agent_token = await bootstrap_agent(hub_url, admin_token)
     progress(f"hub ready: project {PROJECT}, agent {AGENT} (id {agent_id})")
 
@@ -273,7 +276,7 @@ async def bring_up(options: UpOptions, progress: Progress, running: Running) -> 
     return {
         "kubeconfig (through kas)": f"export KUBECONFIG={shlex.quote(str(proxy_kubeconfig))}",
         "try": "kubectl get nodes",
-        "hub": f"{hub_url}  (admin token in {state / 'secrets'}; REST API at {hub_url}/api/v4)",
+        "hub": f"{hub_url}/api/v4  (PRIVATE-TOKEN in {admin_file})",
         "kas": f"agent grpc://127.0.0.1:{KAS_PORTS['agent']}, Kubernetes API proxy {proxy_url}",
         "logs": str(logs),
     }

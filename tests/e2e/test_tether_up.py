@@ -1,0 +1,60 @@
+"""The README's main job: `tether up`, then kubectl through kas with the printed kubeconfig, then Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.system import TETHER
+from tether.devenv.assets import AssetsMissing, locate
+from tether.devenv.process import pid_alive
+
+pytestmark = pytest.mark.k8s
+
+
+def test_tether_up_then_kubectl_through_kas_then_ctrl_c(tmp_path: Path) -> None:
+    try:
+        kubectl = locate()["kubectl"]
+    except AssetsMissing as exc:
+        pytest.skip(str(exc))
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    log = (tmp_path / "up.log").open("w+")
+    up = subprocess.Popen(
+        [TETHER, "up", "--state-dir", str(tmp_path / "state")], stdout=log, stderr=subprocess.STDOUT, env=env
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while "Press Ctrl-C to stop." not in (tmp_path / "up.log").read_text():
+            assert up.poll() is None, (tmp_path / "up.log").read_text()
+            assert time.monotonic() < deadline, (tmp_path / "up.log").read_text()
+            time.sleep(0.5)
+        output = (tmp_path / "up.log").read_text()
+        kubeconfig = re.search(r"export KUBECONFIG=(\S+)", output)
+        assert kubeconfig is not None, output
+        nodes = subprocess.run(
+            [str(kubectl), f"--kubeconfig={kubeconfig[1]}", "get", "nodes", "-o", "name"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        assert nodes.returncode == 0, nodes.stderr
+        assert "node/kwok-node-0" in nodes.stdout
+        server = Path(kubeconfig[1]).read_text()
+        assert "/k8s-proxy/" in server and "pat:" in server, "kubectl must go through kas, not to the API server"
+        children = [int(p) for p in re.findall(r"pid (\d+)", output)]
+    finally:
+        up.send_signal(signal.SIGINT)
+        up.wait(timeout=60)
+    assert up.returncode in (0, -signal.SIGINT)
+    assert "stopping" in (tmp_path / "up.log").read_text()
+    deadline = time.monotonic() + 20
+    while any(pid_alive(p) for p in children):
+        assert time.monotonic() < deadline, "cluster processes left running"
+        time.sleep(0.2)
