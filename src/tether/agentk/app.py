@@ -28,6 +28,7 @@ from tether.agentk.internal_server import InternalServer
 from tether.kube.client import KubeClient, KubeError, ServerVersion
 from tether.kube.kubeconfig import load_credentials
 from tether.modules.agent_configuration.agent_watcher import ConfigurationWatcher, build_agent_meta
+from tether.modules.graph.agent import GraphServicer
 from tether.modules.kubernetes_api.agent import SERVICE as KUBERNETES_API_SERVICE
 from tether.modules.kubernetes_api.agent import KubernetesApiAgent
 from tether.modules.pods.agent import PodsServicer
@@ -129,6 +130,7 @@ class AgentkApp:
         internal = InternalServer(options=message_limits)
         internal.add_servicer(pods_grpc.add_PodsServicer_to_server, PodsServicer(kube))
         internal.add_generic_handler(KUBERNETES_API_SERVICE, kubernetes_api.handlers())
+        GraphServicer(kube).register(internal)  # KubernetesApi/WatchGraph: the Graph API (issue 6)
         async with contextlib.AsyncExitStack() as stack:
             stack.push_async_callback(kube.close)
             stack.push_async_callback(kubernetes_api.close)

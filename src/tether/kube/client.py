@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import msgspec
 
 from tether.kube.kubeconfig import KubeCredentials
 
@@ -94,6 +95,7 @@ class KubeClient:
         self._credentials = credentials
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
+        self._watch_session: aiohttp.ClientSession | None = None
         self._token = _Token(value=credentials.token)
 
     @property
@@ -101,15 +103,22 @@ class KubeClient:
         """The credentials this client uses."""
         return self._credentials
 
-    async def get_json(self, path: str, params: Mapping[str, str] | None = None) -> dict[str, Any]:
+    async def get_json(
+        self, path: str, params: Mapping[str, str] | None = None, *, accept: str = "application/json"
+    ) -> dict[str, Any]:
         """GET ``path`` (e.g. ``/api/v1/pods``) and return the decoded JSON object.
+
+        Args:
+            path: URL path on the API server.
+            params: query parameters.
+            accept: the ``Accept`` header (e.g. an aggregated-discovery media type list).
 
         Raises:
             KubeApiError: non-2xx answer (from the ``Status`` body).
             KubeConnectionError: network/TLS failure, timeout, or a body that is not a JSON object.
         """
         session = self._ensure_session()
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": accept}
         token = self._bearer_token()
         if token:
             headers["Authorization"] = f"Bearer {token}"
@@ -124,8 +133,8 @@ class KubeClient:
         except TimeoutError as exc:
             raise KubeConnectionError(f"GET {url}: timed out after {self._timeout.total} s") from exc
         try:
-            decoded = json.loads(body)
-        except ValueError as exc:
+            decoded = msgspec.json.decode(body)  # about twice as fast as json.loads on large lists
+        except msgspec.DecodeError as exc:
             raise KubeConnectionError(f"GET {url}: response is not JSON") from exc
         if not isinstance(decoded, dict):
             raise KubeConnectionError(f"GET {url}: response is not a JSON object")
@@ -167,6 +176,58 @@ class KubeClient:
             items.extend(page.get("items") or [])
         return ObjectList(items=items, resource_version=resource_version, pages=pages)
 
+    async def watch(
+        self, path: str, params: Mapping[str, str] | None = None, *, read_timeout_s: float = 600.0
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Stream the events of a watch (``GET path?watch=1&...``) as decoded ``{"type", "object"}`` dicts.
+
+        The caller sets ``resourceVersion``, ``allowWatchBookmarks``, ``timeoutSeconds`` and selectors in
+        ``params``. The iterator ends when the server closes the stream (e.g. after ``timeoutSeconds``).
+        Watches use their own connection pool without a connection limit (each watch holds one HTTP/1.1
+        connection) and without a total timeout.
+
+        Args:
+            path: collection path, e.g. ``/api/v1/namespaces/x/pods``.
+            params: query parameters (``watch=1`` is added).
+            read_timeout_s: seconds without any bytes after which the stream counts as dead.
+
+        Raises:
+            KubeApiError: non-2xx answer at the start of the watch (e.g. 410 ``Expired``).
+            KubeConnectionError: network/TLS failure, read timeout, or a line that is not a JSON object.
+        """
+        session = self._ensure_watch_session()
+        headers = {"Accept": "application/json"}
+        token = self._bearer_token()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        url = self._credentials.server + path
+        query = dict(params or {})
+        query["watch"] = "1"
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._timeout.total, sock_read=read_timeout_s)
+        try:
+            async with session.get(url, params=query, headers=headers, timeout=timeout) as response:
+                if response.status >= 300:
+                    raise _api_error(response.status, response.reason or "", await response.read())
+                pending: list[bytes] = []  # pieces of an incomplete line
+                async for chunk in response.content.iter_any():
+                    lines = chunk.split(b"\n")
+                    if len(lines) == 1:
+                        pending.append(chunk)
+                        continue
+                    pending.append(lines[0])
+                    lines[0] = b"".join(pending)
+                    pending = [lines.pop()]
+                    for line in lines:
+                        if line.strip():
+                            yield _decode_event(url, line)
+                rest = b"".join(pending)
+                if rest.strip():
+                    yield _decode_event(url, rest)
+        except aiohttp.ClientError as exc:
+            raise KubeConnectionError(f"watch {url}: {exc}") from exc
+        except TimeoutError as exc:
+            raise KubeConnectionError(f"watch {url}: no data for {read_timeout_s} s") from exc
+
     async def server_version(self) -> ServerVersion:
         """The API server's version from ``/version``.
 
@@ -186,6 +247,9 @@ class KubeClient:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._watch_session is not None:
+            await self._watch_session.close()
+            self._watch_session = None
 
     def _ensure_session(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -193,6 +257,13 @@ class KubeClient:
             connector = aiohttp.TCPConnector(ssl=ssl_context if ssl_context is not None else False)
             self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
         return self._session
+
+    def _ensure_watch_session(self) -> aiohttp.ClientSession:
+        if self._watch_session is None:
+            ssl_context = self._credentials.ssl_context()
+            connector = aiohttp.TCPConnector(ssl=ssl_context if ssl_context is not None else False, limit=0)
+            self._watch_session = aiohttp.ClientSession(connector=connector)
+        return self._watch_session
 
     def _bearer_token(self) -> str | None:
         path = self._credentials.token_file
@@ -208,6 +279,16 @@ class KubeClient:
                     raise KubeConnectionError(f"cannot read token file {path}: {exc.strerror or exc}") from exc
             self._token.read_at = now
         return self._token.value
+
+
+def _decode_event(url: str, line: bytes) -> dict[str, Any]:
+    try:
+        event = msgspec.json.decode(line)
+    except msgspec.DecodeError as exc:
+        raise KubeConnectionError(f"watch {url}: event is not JSON") from exc
+    if not isinstance(event, dict):
+        raise KubeConnectionError(f"watch {url}: event is not a JSON object")
+    return event
 
 
 def _api_error(status: int, http_reason: str, body: bytes) -> KubeApiError:
