@@ -18,16 +18,21 @@ from tether.devenv.process import pid_alive
 pytestmark = pytest.mark.k8s
 
 
-def test_tether_up_then_kubectl_through_kas_then_ctrl_c(tmp_path: Path) -> None:
+@pytest.mark.parametrize("replicas", [1, 2], ids=["one-kas-in-memory", "two-kas-with-redis"])
+def test_tether_up_then_kubectl_through_kas_then_ctrl_c(
+    tmp_path: Path, replicas: int, request: pytest.FixtureRequest
+) -> None:
     try:
         kubectl = locate()["kubectl"]
     except AssetsMissing as exc:
         pytest.skip(str(exc))
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
     log = (tmp_path / "up.log").open("w+")
-    up = subprocess.Popen(
-        [TETHER, "up", "--state-dir", str(tmp_path / "state")], stdout=log, stderr=subprocess.STDOUT, env=env
-    )
+    args = [TETHER, "up", "--state-dir", str(tmp_path / "state")]
+    if replicas > 1:
+        # agentk then connects to the last replica and kubectl to the first: every request crosses kas -> kas.
+        args += ["--replicas", str(replicas), "--redis", request.getfixturevalue("redis_server").url]
+    up = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         deadline = time.monotonic() + 120
         while "Press Ctrl-C to stop." not in (tmp_path / "up.log").read_text():

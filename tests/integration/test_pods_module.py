@@ -49,7 +49,7 @@ async def internal(k8s_cluster: ClusterInfo) -> AsyncIterator[InternalServer]:
         await kube.close()
 
 
-def test_descriptor_lists_the_registered_apis_but_not_the_tunnel() -> None:
+async def test_descriptor_lists_the_registered_apis_but_not_the_tunnel() -> None:
     server = InternalServer()
     server.add_servicer(rpc_pb2_grpc.add_PodsServicer_to_server, rpc_pb2_grpc.PodsServicer())
     echo = grpc.unary_unary_rpc_method_handler(lambda request, context: request)
