@@ -22,6 +22,7 @@ from aiohttp import web
 from google.rpc import status_pb2
 
 from tether.kas.config import KubernetesApiCF
+from tether.modules.graph.kas_ws import router_opener, serve_graph_websocket
 from tether.modules.kubernetes_api.auth import ProxyUserAuthorizer, credentials_from, impersonation_for
 from tether.modules.kubernetes_api.cors import cors_headers, is_preflight, preflight_response
 from tether.modules.kubernetes_api.headers import is_upgrade
@@ -44,6 +45,9 @@ _HTTP_FOR_GRPC = {
     grpc.StatusCode.PERMISSION_DENIED.value[0]: 403,
     grpc.StatusCode.DEADLINE_EXCEEDED.value[0]: 504,
 }
+
+
+GRAPH_PATH = "/graph"
 
 
 def request_timeout_s(request: web.BaseRequest) -> float | None:
@@ -137,6 +141,9 @@ class KubernetesApiProxy:
                     f"Forbidden: {NESTED_IMPERSONATION}: the request carries {name}, but agent "
                     f"{auth.agent_id} is reached as GitLab user {auth.username!r} (access_as: user)",
                 )
+            if url_path == GRAPH_PATH:
+                # The Graph API lives on the same endpoint and authentication (issue 6, graph.md).
+                return await serve_graph_websocket(request, router_opener(self._router, credentials.agent_id))
             upgrade = is_upgrade(request.headers.items())
             call = ProxyCall(request, request_header(request, url_path, impersonation), upgrade, cors)
             return await self._forward(request, call, credentials.agent_id)
