@@ -16,6 +16,7 @@ from tether.devenv.commands import console, dev
 from tether.devenv.process import EnvironmentProblem
 from tether.hub.command import hub
 from tether.kas.command import kas_command
+from tether.modules.graph.command import graph_command
 from tether.up import UpOptions, run_up
 
 
@@ -64,6 +65,7 @@ cli.add_command(dev)
 cli.add_command(kas_command)
 cli.add_command(agentk_command)
 cli.add_command(hub)
+cli.add_command(graph_command)
 
 
 def main() -> None:

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import ssl
+import subprocess
+from pathlib import Path
 
 import aiohttp
 import pytest
 
 from tests.fixtures.hub_stub import HubStub
 from tests.fixtures.k8s import Kubectl
-from tests.fixtures.system import System
+from tests.fixtures.system import TETHER, System
 from tests.graph.harness import GraphModel, include
-from tether.devenv.cluster import ClusterInfo
+from tether.devenv.cluster import ClusterInfo, write_kubeconfig
+from tether.devenv.process import free_port
 
 pytestmark = [pytest.mark.k8s, pytest.mark.redis]
 AGENT_ID, PROJECT_ID = 701, 70
@@ -57,3 +61,41 @@ async def test_graph_endpoint_requires_credentials(system: System, hub_stub: Hub
     async with aiohttp.ClientSession() as http, http.get(kas1.k8s_proxy_url + "graph", ssl=context) as resp:
         assert resp.status == 401
         assert (await resp.json())["kind"] == "Status"
+
+
+async def test_tether_graph_cli_prints_the_live_graph_and_serves_a_page(
+    system: System, k8s_cluster: ClusterInfo, kubectl: Kubectl, k8s_namespace: str, hub_stub: HubStub, tmp_path: Path
+) -> None:
+    kubectl.run("-n", k8s_namespace, "create", "configmap", "shown")
+    token, pat = "graph-cli-agent-token", "graph-cli-pat"
+    hub_stub.add_agent(token, AGENT_ID + 1, PROJECT_ID)
+    hub_stub.grant_proxy_access(pat, "viewer", AGENT_ID + 1, PROJECT_ID)
+    kas1 = system.kas()
+    system.agentk(token, kas1)
+    kubeconfig = tmp_path / "proxy.kubeconfig"
+    write_kubeconfig(kubeconfig, kas1.k8s_proxy_url, f"pat:{AGENT_ID + 1}:{pat}", kas1.k8s_proxy_ca)
+    port = free_port()
+    args = [TETHER, "graph", "--kubeconfig", str(kubeconfig), "--output", "json", "--namespace", k8s_namespace]
+    args += ["--resource", "resource == 'configmaps'", "--serve", f"127.0.0.1:{port}"]
+    proc = await asyncio.create_subprocess_exec(*args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        model = GraphModel()
+        assert proc.stdout is not None
+        while model.find("configmaps", "shown", k8s_namespace) is None:
+            line = await asyncio.wait_for(proc.stdout.readline(), 60)
+            assert line, (await proc.stderr.read()).decode() if proc.stderr else "no output"
+            model.apply(line.strip())
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://127.0.0.1:{port}/") as page:
+                assert page.status == 200 and "Live graph" in await page.text()
+            async with http.get(f"http://127.0.0.1:{port}/events") as events:
+                first = await asyncio.wait_for(events.content.readline(), 10)
+                assert first.startswith(b"data: ") and b"shown" in first
+    finally:
+        proc.terminate()
+        await proc.wait()
+
+
+def test_tether_graph_cli_explains_missing_credentials() -> None:
+    result = subprocess.run([TETHER, "graph"], capture_output=True, text=True, check=False)
+    assert result.returncode == 2 and "--kubeconfig" in result.stderr and "Traceback" not in result.stderr
