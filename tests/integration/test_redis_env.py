@@ -14,7 +14,6 @@ from tests.support.polling import poll
 pytestmark = pytest.mark.redis
 
 
-
 @pytest.fixture
 async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
     conn = aioredis.from_url(redis_url)

@@ -1,8 +1,14 @@
-"""``/projects/:id/members`` and ``/groups/:id/members`` (GitLab "Group and project members API")."""
+"""``/projects/:id/members`` and ``/groups/:id/members`` (GitLab "Group and project members API").
+
+Both sources get the same six routes; only how the source is found and which service calls apply differ.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
+from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
@@ -23,139 +29,113 @@ def _expiry(day: date | None) -> datetime | None:
     return datetime.combine(day, time(), tzinfo=UTC) if day else None
 
 
-@router.get("/projects/{project_id}/members", summary="List a project's direct members")
-async def list_project_members(
-    request: Request, response: Response, state: State, principal: Reader, paging: Paging, project_id: str
-) -> list[MemberOut]:
-    """Direct members only; ``/members/all`` adds members through groups."""
-    async with state.db.transaction() as session:
-        found = await members.project_members(session, principal, await find_project(session, ref(project_id)))
-    items, total = slice_page(found, paging)
-    set_headers(request, response, paging, total)
-    return [member_out(m, state.config.base_url) for m in items]
+@dataclass(frozen=True)
+class _Source:
+    """Where memberships hang: the URL collection, the finder and the service calls for it."""
+
+    noun: str
+    collection: str
+    find: Callable[..., Awaitable[Any]]
+    list_members: Callable[..., Awaitable[list[members.Member]]]
+    add: Callable[..., Awaitable[members.Member]]
+    update: Callable[..., Awaitable[members.Member]]
+    remove: Callable[..., Awaitable[None]]
 
 
-@router.get("/projects/{project_id}/members/all", summary="List a project's members, including inherited ones")
-async def list_all_project_members(
-    request: Request, response: Response, state: State, principal: Reader, paging: Paging, project_id: str
-) -> list[MemberOut]:
-    """Each user once, with their highest role."""
-    async with state.db.transaction() as session:
-        project = await find_project(session, ref(project_id))
-        found = await members.project_members(session, principal, project, inherited=True)
-    items, total = slice_page(found, paging)
-    set_headers(request, response, paging, total)
-    return [member_out(m, state.config.base_url) for m in items]
+_SOURCES = (
+    _Source(
+        "project",
+        "projects",
+        find_project,
+        members.project_members,
+        members.add_project_member,
+        members.update_project_member,
+        members.remove_project_member,
+    ),
+    _Source(
+        "group",
+        "groups",
+        find_group,
+        members.group_members,
+        members.add_group_member,
+        members.update_group_member,
+        members.remove_group_member,
+    ),
+)
 
 
-@router.get("/projects/{project_id}/members/{user_id}", summary="Get a project's direct member")
-async def get_project_member(state: State, principal: Reader, project_id: str, user_id: int) -> MemberOut:
-    """One direct member."""
-    async with state.db.transaction() as session:
-        found = await members.project_members(session, principal, await find_project(session, ref(project_id)))
-    for member in found:
-        if member.user.id == user_id:
+def _register(source: _Source) -> None:
+    base = f"/{source.collection}/{{source_id}}/members"
+
+    async def list_direct(
+        request: Request, response: Response, state: State, principal: Reader, paging: Paging, source_id: str
+    ) -> list[MemberOut]:
+        """Direct members only; ``/members/all`` adds inherited ones."""
+        async with state.db.transaction() as session:
+            found = await source.list_members(session, principal, await source.find(session, ref(source_id)))
+        items, total = slice_page(found, paging)
+        set_headers(request, response, paging, total)
+        return [member_out(m, state.config.base_url) for m in items]
+
+    async def list_all(
+        request: Request, response: Response, state: State, principal: Reader, paging: Paging, source_id: str
+    ) -> list[MemberOut]:
+        """Each user once, with their highest role."""
+        async with state.db.transaction() as session:
+            found_source = await source.find(session, ref(source_id))
+            found = await source.list_members(session, principal, found_source, inherited=True)
+        items, total = slice_page(found, paging)
+        set_headers(request, response, paging, total)
+        return [member_out(m, state.config.base_url) for m in items]
+
+    async def get_one(state: State, principal: Reader, source_id: str, user_id: int) -> MemberOut:
+        """One direct member."""
+        async with state.db.transaction() as session:
+            found = await source.list_members(session, principal, await source.find(session, ref(source_id)))
+        for member in found:
+            if member.user.id == user_id:
+                return member_out(member, state.config.base_url)
+        raise NotFound("Member")
+
+    async def add(state: State, principal: Writer, source_id: str, body: MemberCreate) -> MemberOut:
+        """Maintainer or above; you cannot grant a role above your own."""
+        async with state.db.transaction() as session:
+            found_source = await source.find(session, ref(source_id))
+            member = await source.add(
+                session, principal, found_source, body.user_id, body.access_level, _expiry(body.expires_at)
+            )
             return member_out(member, state.config.base_url)
-    raise NotFound("Member")
 
-
-@router.post("/projects/{project_id}/members", status_code=201, summary="Add a project member")
-async def add_project_member(state: State, principal: Writer, project_id: str, body: MemberCreate) -> MemberOut:
-    """Maintainer or above; you cannot grant a role above your own."""
-    async with state.db.transaction() as session:
-        project = await find_project(session, ref(project_id))
-        member = await members.add_project_member(
-            session, principal, project, body.user_id, body.access_level, _expiry(body.expires_at)
-        )
-        return member_out(member, state.config.base_url)
-
-
-@router.put("/projects/{project_id}/members/{user_id}", summary="Change a project member's role")
-async def update_project_member(
-    state: State, principal: Writer, project_id: str, user_id: int, body: MemberUpdate
-) -> MemberOut:
-    """Maintainer or above."""
-    async with state.db.transaction() as session:
-        project = await find_project(session, ref(project_id))
-        member = await members.update_project_member(
-            session, principal, project, user_id, body.access_level, _expiry(body.expires_at)
-        )
-        return member_out(member, state.config.base_url)
-
-
-@router.delete("/projects/{project_id}/members/{user_id}", status_code=204, summary="Remove a project member")
-async def remove_project_member(state: State, principal: Writer, project_id: str, user_id: int) -> Response:
-    """Maintainer or above (anyone may remove themselves)."""
-    async with state.db.transaction() as session:
-        project = await find_project(session, ref(project_id))
-        await members.remove_project_member(session, principal, project, user_id)
-    return Response(status_code=204)
-
-
-@router.get("/groups/{group_id}/members", summary="List a group's direct members")
-async def list_group_members(
-    request: Request, response: Response, state: State, principal: Reader, paging: Paging, group_id: str
-) -> list[MemberOut]:
-    """Direct members only; ``/members/all`` adds members of parent groups."""
-    async with state.db.transaction() as session:
-        found = await members.group_members(session, principal, await find_group(session, ref(group_id)))
-    items, total = slice_page(found, paging)
-    set_headers(request, response, paging, total)
-    return [member_out(m, state.config.base_url) for m in items]
-
-
-@router.get("/groups/{group_id}/members/all", summary="List a group's members, including inherited ones")
-async def list_all_group_members(
-    request: Request, response: Response, state: State, principal: Reader, paging: Paging, group_id: str
-) -> list[MemberOut]:
-    """Each user once, with their highest role."""
-    async with state.db.transaction() as session:
-        group = await find_group(session, ref(group_id))
-        found = await members.group_members(session, principal, group, inherited=True)
-    items, total = slice_page(found, paging)
-    set_headers(request, response, paging, total)
-    return [member_out(m, state.config.base_url) for m in items]
-
-
-@router.get("/groups/{group_id}/members/{user_id}", summary="Get a group's direct member")
-async def get_group_member(state: State, principal: Reader, group_id: str, user_id: int) -> MemberOut:
-    """One direct member."""
-    async with state.db.transaction() as session:
-        found = await members.group_members(session, principal, await find_group(session, ref(group_id)))
-    for member in found:
-        if member.user.id == user_id:
+    async def update(state: State, principal: Writer, source_id: str, user_id: int, body: MemberUpdate) -> MemberOut:
+        """Maintainer or above."""
+        async with state.db.transaction() as session:
+            found_source = await source.find(session, ref(source_id))
+            member = await source.update(
+                session, principal, found_source, user_id, body.access_level, _expiry(body.expires_at)
+            )
             return member_out(member, state.config.base_url)
-    raise NotFound("Member")
 
+    async def remove(state: State, principal: Writer, source_id: str, user_id: int) -> Response:
+        """Maintainer or above (anyone may remove themselves)."""
+        async with state.db.transaction() as session:
+            await source.remove(session, principal, await source.find(session, ref(source_id)), user_id)
+        return Response(status_code=204)
 
-@router.post("/groups/{group_id}/members", status_code=201, summary="Add a group member")
-async def add_group_member(state: State, principal: Writer, group_id: str, body: MemberCreate) -> MemberOut:
-    """Maintainer or above; you cannot grant a role above your own."""
-    async with state.db.transaction() as session:
-        group = await find_group(session, ref(group_id))
-        member = await members.add_group_member(
-            session, principal, group, body.user_id, body.access_level, _expiry(body.expires_at)
+    noun = source.noun
+    routes: list[tuple[str, Callable[..., Any], str, str, int]] = [
+        ("", list_direct, "GET", f"List a {noun}'s direct members", 200),
+        ("/all", list_all, "GET", f"List a {noun}'s members, including inherited ones", 200),
+        ("/{user_id}", get_one, "GET", f"Get a {noun}'s direct member", 200),
+        ("", add, "POST", f"Add a {noun} member", 201),
+        ("/{user_id}", update, "PUT", f"Change a {noun} member's role", 200),
+        ("/{user_id}", remove, "DELETE", f"Remove a {noun} member", 204),
+    ]
+    for suffix, endpoint, method, summary, status in routes:
+        name = f"{endpoint.__name__}_{noun}_member"
+        router.add_api_route(
+            base + suffix, endpoint, methods=[method], summary=summary, status_code=status, name=name, operation_id=name
         )
-        return member_out(member, state.config.base_url)
 
 
-@router.put("/groups/{group_id}/members/{user_id}", summary="Change a group member's role")
-async def update_group_member(
-    state: State, principal: Writer, group_id: str, user_id: int, body: MemberUpdate
-) -> MemberOut:
-    """Maintainer or above; a top-level group keeps at least one Owner."""
-    async with state.db.transaction() as session:
-        group = await find_group(session, ref(group_id))
-        member = await members.update_group_member(
-            session, principal, group, user_id, body.access_level, _expiry(body.expires_at)
-        )
-        return member_out(member, state.config.base_url)
-
-
-@router.delete("/groups/{group_id}/members/{user_id}", status_code=204, summary="Remove a group member")
-async def remove_group_member(state: State, principal: Writer, group_id: str, user_id: int) -> Response:
-    """Maintainer or above (anyone may remove themselves); a top-level group keeps at least one Owner."""
-    async with state.db.transaction() as session:
-        group = await find_group(session, ref(group_id))
-        await members.remove_group_member(session, principal, group, user_id)
-    return Response(status_code=204)
+for _source in _SOURCES:
+    _register(_source)
