@@ -104,23 +104,20 @@ class GraphEngineError(RuntimeError):
     """The engine failed and cannot continue (the watch must end with an internal error)."""
 
 
-class _Informer:
-    """One reflector for one watched resource in one namespace ("" = all or cluster-scoped)."""
+class _SyncedWatch:
+    """A reflector whose first sync is awaited by the engine, with a warning when it takes too long."""
 
-    def __init__(self, engine: GraphEngine, watched: WatchedResource, namespace: str) -> None:
+    def __init__(self, engine: GraphEngine, path: str, label_selector: str, field_selector: str) -> None:
         self.engine = engine
-        self.watched = watched
-        self.namespace = namespace
         self.synced = False
         self.failed = False
         self.last_error: KubeError | None = None
-        object_filter = watched.object_filter
         self.reflector = Reflector(
             engine.kube,
-            watched.api.collection_path(namespace),
+            path,
             self,
-            label_selector=object_filter.label_selector,
-            field_selector=object_filter.field_selector,
+            label_selector=label_selector,
+            field_selector=field_selector,
             page_size=engine.options.page_size,
         )
         self._timer: asyncio.TimerHandle | None = None
@@ -138,29 +135,20 @@ class _Informer:
         if self.synced:
             return
         self.failed = True
-        w = self.watched
-        where = f" in {self.namespace}" if self.namespace else ""
         detail = f": {self.last_error}" if self.last_error else ""
-        attributes = {"g": w.group, "v": w.version, "r": w.resource}
-        if self.namespace:
-            attributes["ns"] = self.namespace
-        self.engine.warn(
-            GraphWarning(
-                WARNING_INFORMER_SYNC_FAILED,
-                f"Failed to sync informer for {_gvr(w)}{where} in {self.engine.options.sync_timeout_s:g} seconds. "
-                f"Check agent's log, agent's permissions{detail}",
-                attributes,
-            )
-        )
+        self.engine.warn(self._timeout_warning(detail))
         self.engine.check_ready()
+
+    def _timeout_warning(self, detail: str) -> GraphWarning:
+        raise NotImplementedError
 
     # ReflectorHandler
 
     def on_upsert(self, obj: dict[str, Any]) -> None:
-        self.engine.guard(self.engine.upsert_object, self, obj)
+        raise NotImplementedError
 
     def on_delete(self, namespace: str, name: str) -> None:
-        self.engine.guard(self.engine.delete_object, self, namespace, name)
+        raise NotImplementedError
 
     def on_synced(self) -> None:
         self.synced = True
@@ -173,48 +161,51 @@ class _Informer:
             self.engine.check_ready()
 
 
-class _NamespaceWatcher:
+class _Informer(_SyncedWatch):
+    """One reflector for one watched resource in one namespace ("" = all or cluster-scoped)."""
+
+    def __init__(self, engine: GraphEngine, watched: WatchedResource, namespace: str) -> None:
+        self.watched = watched
+        self.namespace = namespace
+        object_filter = watched.object_filter
+        super().__init__(
+            engine, watched.api.collection_path(namespace), object_filter.label_selector, object_filter.field_selector
+        )
+
+    def _timeout_warning(self, detail: str) -> GraphWarning:
+        w = self.watched
+        where = f" in {self.namespace}" if self.namespace else ""
+        attributes = {"g": w.group, "v": w.version, "r": w.resource}
+        if self.namespace:
+            attributes["ns"] = self.namespace
+        return GraphWarning(
+            WARNING_INFORMER_SYNC_FAILED,
+            f"Failed to sync informer for {_gvr(w)}{where} in {self.engine.options.sync_timeout_s:g} seconds. "
+            f"Check agent's log, agent's permissions{detail}",
+            attributes,
+        )
+
+    def on_upsert(self, obj: dict[str, Any]) -> None:
+        self.engine.guard(self.engine.upsert_object, self, obj)
+
+    def on_delete(self, namespace: str, name: str) -> None:
+        self.engine.guard(self.engine.delete_object, self, namespace, name)
+
+
+class _NamespaceWatcher(_SyncedWatch):
     """Watches Namespace objects to decide which namespaces are watched (list mode with CEL, all mode)."""
 
     def __init__(self, engine: GraphEngine) -> None:
-        self.engine = engine
         selection = engine.request.namespaces
-        self.synced = False
-        self.failed = False
-        self.last_error: KubeError | None = None
-        self.reflector = Reflector(
-            engine.kube,
-            NAMESPACES_PATH,
-            self,
-            label_selector=selection.label_selector,
-            field_selector=selection.field_selector,
-            page_size=engine.options.page_size,
+        super().__init__(engine, NAMESPACES_PATH, selection.label_selector, selection.field_selector)
+
+    def _timeout_warning(self, detail: str) -> GraphWarning:
+        return GraphWarning(
+            WARNING_NAMESPACE_LIST_FAILED,
+            f"Failed to list namespaces in {self.engine.options.sync_timeout_s:g} seconds. "
+            f"Check agent's log, agent's permissions{detail}",
+            {},
         )
-        self._timer: asyncio.TimerHandle | None = None
-
-    def start(self) -> None:
-        self.reflector.start()
-        self._timer = asyncio.get_running_loop().call_later(self.engine.options.sync_timeout_s, self._sync_timeout)
-
-    def cancel(self) -> asyncio.Task[None] | None:
-        if self._timer is not None:
-            self._timer.cancel()
-        return self.reflector.cancel()
-
-    def _sync_timeout(self) -> None:
-        if self.synced:
-            return
-        self.failed = True
-        detail = f": {self.last_error}" if self.last_error else ""
-        self.engine.warn(
-            GraphWarning(
-                WARNING_NAMESPACE_LIST_FAILED,
-                f"Failed to list namespaces in {self.engine.options.sync_timeout_s:g} seconds. "
-                f"Check agent's log, agent's permissions{detail}",
-                {},
-            )
-        )
-        self.engine.check_ready()
 
     def on_upsert(self, obj: dict[str, Any]) -> None:
         self.engine.guard(self._upsert, obj)
@@ -244,16 +235,6 @@ class _NamespaceWatcher:
 
     def on_delete(self, namespace: str, name: str) -> None:
         self.engine.guard(self.engine.set_namespace, name, False)
-
-    def on_synced(self) -> None:
-        self.synced = True
-        self.engine.check_ready()
-
-    def on_error(self, error: KubeError) -> None:
-        self.last_error = error
-        if not self.synced:
-            self.failed = True
-            self.engine.check_ready()
 
 
 class _CrdWatcher:
