@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import json
-import os
 import ssl
 import statistics
 import subprocess
@@ -24,15 +22,13 @@ import time
 from pathlib import Path
 
 import aiohttp
-from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.fixtures.hub_stub import HubStub, stub_app
+from tests.fixtures.hub_stub import start_stub, write_private_secret
 from tests.fixtures.system import System
 from tether.devenv import pki
 from tether.devenv.assets import locate
 from tether.devenv.cluster import LocalCluster, write_kubeconfig
-from tether.devenv.process import free_port
 from tether.devenv.redis_server import RedisServer
 
 RESULTS = Path(__file__).parent / "results" / "k8s_proxy.json"
@@ -74,15 +70,8 @@ async def run(pods: int, runs: int, gets: int) -> list[dict[str, object]]:
         cluster = LocalCluster(directory / "cluster")
         info = cluster.start()
         redis = RedisServer(directory / "redis").start()
-        hub = HubStub(url="", secret=os.urandom(32), secret_file=directory / "gitlab_secret")
-        hub.secret_file.write_text(base64.b64encode(hub.secret).decode())
-        port = free_port()
-        hub.url = f"http://127.0.0.1:{port}"
-        runner = web.AppRunner(stub_app(hub), access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        private = directory / "private_secret"
-        private.write_text(base64.b64encode(os.urandom(32)).decode())
+        hub, runner = await start_stub(directory)
+        private = write_private_secret(directory / "private_secret")
         tls = pki.generate(directory / "proxy-tls")
         system = System(directory, hub, private, info.kubeconfig, redis, tls)
         try:

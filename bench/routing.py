@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import json
-import os
 import statistics
 import struct
 import subprocess
@@ -24,12 +22,10 @@ import time
 from pathlib import Path
 
 import grpc
-from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.fixtures.hub_stub import HubStub, stub_app
+from tests.fixtures.hub_stub import start_stub, write_private_secret
 from tests.fixtures.system import KasProc, System
-from tether.devenv.process import free_port
 from tether.devenv.redis_server import RedisServer
 from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_GITLAB, mint
 
@@ -172,15 +168,8 @@ async def run(calls: int, agent_count: int, throughput_runs: int) -> list[dict[s
     with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp:
         directory = Path(tmp)
         redis = RedisServer(directory / "redis").start()
-        hub = HubStub(url="", secret=os.urandom(32), secret_file=directory / "gitlab_secret")
-        hub.secret_file.write_text(base64.b64encode(hub.secret).decode())
-        port = free_port()
-        hub.url = f"http://127.0.0.1:{port}"
-        runner = web.AppRunner(stub_app(hub), access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        private = directory / "private_secret"
-        private.write_text(base64.b64encode(os.urandom(32)).decode())
+        hub, runner = await start_stub(directory)
+        private = write_private_secret(directory / "private_secret")
         system = System(directory, hub, private, None, redis)
         agents = BenchAgents(directory)
         try:
