@@ -39,6 +39,10 @@ import aiohttp
 import grpc
 from grpc import aio
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.fixtures.hub_stub import start_stub, write_private_secret
+from tests.fixtures.system import System
+from tether.devenv import pki
 from tether.devenv.cluster import LocalCluster
 from tether.kube.client import KubeClient
 from tether.kube.kubeconfig import load_credentials
@@ -299,6 +303,61 @@ async def change_latency(api: Api, call: aio.UnaryStreamCall[Any, Any], namespac
     return latencies
 
 
+async def initial_delivery_through_kas(
+    url: str, token: str, ca_file: Path, namespaces: list[str], expected: int
+) -> float:
+    """Seconds until ``expected`` vertices arrived over kas' Graph API WebSocket (the whole real path)."""
+    request = {"queries": [{"include": {"resource_selector_expression": QUERY}}], "namespaces": {"names": namespaces}}
+    context = ssl.create_default_context(cafile=str(ca_file))
+    seen: set[tuple[str, str, str]] = set()
+    async with aiohttp.ClientSession() as session:
+        started = time.perf_counter()
+        ws = await session.ws_connect(
+            url + "graph",
+            protocols=["gitlab-agent-graph-api"],
+            headers={"Authorization": f"Bearer {token}"},
+            ssl=context,
+            max_msg_size=16 << 20,
+        )
+        await ws.send_str(json.dumps(request))
+        async for message in ws:
+            for action in json.loads(message.data).get("actions", []):
+                if "svx" in action:
+                    vx = action["svx"]["vx"]
+                    seen.add((vx["r"], vx.get("ns", ""), vx["n"]))
+            if len(seen) >= expected:
+                elapsed = time.perf_counter() - started
+                await ws.close()
+                return elapsed
+    raise RuntimeError(f"stream ended after {len(seen)} of {expected} vertices")
+
+
+async def through_kas(directory: Path, kubeconfig: Path, namespaces: list[str], expected: int) -> tuple[float, float]:
+    """The 5,000-object graph through a real kas and ``tether agentk``: (seconds, agentk RSS growth MiB)."""
+    hub, runner = await start_stub(directory)
+    tls = pki.generate(directory / "proxy-tls")
+    system = System(directory, hub, write_private_secret(directory / "private_secret"), kubeconfig, None, tls)
+    try:
+        kas = system.kas(use_redis=False)
+        token, pat, agent_id = "graph-bench-agent", "graph-bench-pat", 901
+        hub.add_agent(token, agent_id, 1)
+        hub.grant_proxy_access(pat, "bench", agent_id, 1)
+        agentk = system.agentk(token, kas)
+        while agentk.readiness()[0] != 200:
+            await asyncio.sleep(0.2)
+        assert kas.k8s_proxy_ca is not None
+        # Warm-up on an empty namespace, so the measurement starts from a connected, idle agent.
+        await initial_delivery_through_kas(kas.k8s_proxy_url, f"pat:{agent_id}:{pat}", kas.k8s_proxy_ca, ["warmup"], 2)
+        before = rss_mib(agentk.process.pid)
+        seconds = await initial_delivery_through_kas(
+            kas.k8s_proxy_url, f"pat:{agent_id}:{pat}", kas.k8s_proxy_ca, namespaces, expected
+        )
+        return seconds, rss_mib(agentk.process.pid) - before
+    finally:
+        system.stop_all()
+        await runner.cleanup()
+
+
 async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
 
     results: list[dict[str, Any]] = []
@@ -335,6 +394,12 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 ]
                 latencies = sorted(await change_latency(api, call, "bench-5k", args.changes))
                 call.cancel()
+                e2e_s, e2e_growth = await through_kas(Path(tmp) / "e2e", info.kubeconfig, ["bench-5k"], total_5k)
+                print(f"5k through kas + tether agentk: {e2e_s:.2f} s, agentk RSS +{e2e_growth:.1f} MiB", flush=True)
+                results += [
+                    {"metric": "e2e_initial_5000_seconds", "value": round(e2e_s, 2), "unit": "s"},
+                    {"metric": "e2e_agentk_rss_growth_5000_mib", "value": round(e2e_growth, 1), "unit": "MiB"},
+                ]
                 p50 = statistics.median(latencies)
                 p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
                 print(f"change->action p50 {p50:.1f} ms p99 {p99:.1f} ms over {len(latencies)}", flush=True)
