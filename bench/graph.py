@@ -334,6 +334,7 @@ async def initial_delivery_through_kas(
 
 async def through_kas(directory: Path, kubeconfig: Path, namespaces: list[str], expected: int) -> tuple[float, float]:
     """The 5,000-object graph through a real kas and ``tether agentk``: (seconds, agentk RSS growth MiB)."""
+    directory.mkdir(parents=True, exist_ok=True)
     hub, runner = await start_stub(directory)
     tls = pki.generate(directory / "proxy-tls")
     system = System(directory, hub, write_private_secret(directory / "private_secret"), kubeconfig, None, tls)
