@@ -344,7 +344,12 @@ async def through_kas(directory: Path, kubeconfig: Path, namespaces: list[str], 
         hub.add_agent(token, agent_id, 1)
         hub.grant_proxy_access(pat, "bench", agent_id, 1)
         agentk = system.agentk(token, kas)
-        while agentk.readiness()[0] != 200:
+        while True:
+            try:
+                if agentk.readiness()[0] == 200:
+                    break
+            except OSError:  # its observability listener is not up yet
+                pass
             await asyncio.sleep(0.2)
         assert kas.k8s_proxy_ca is not None
         # Warm-up on an empty namespace, so the measurement starts from a connected, idle agent.
