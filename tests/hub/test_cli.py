@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from tests.fixtures.system import TETHER
 from tether.devenv.process import ManagedProcess, free_port
 from tether.hub.command import hub as hub_group
+from tether.hub.db.migrate import head_revision
 from tether.tool.jwt_auth import AUDIENCE_GITLAB, ISSUER_KAS, mint
 
 
@@ -68,7 +69,7 @@ def test_cli_bootstrap_register_configure_and_serve(hub_database_url: str, tmp_p
 
     refused = tether(*hub, "project", "list", check=False)
     assert refused.returncode == 1 and "tether hub migrate" in refused.stderr
-    assert "0001" in tether(*hub, "migrate").stderr
+    assert f"at revision {head_revision()}" in tether(*hub, "migrate").stderr
 
     admin_token = tether(*hub, "bootstrap").stdout.strip()
     assert admin_token.startswith("glpat-") and "\n" not in admin_token

@@ -1,4 +1,5 @@
-"""Migrations upgrade an empty database to head, match the models exactly, and revert to an empty database."""
+"""Migrations upgrade an empty database to head, match the models exactly, and revert to an empty database;
+0002 (browser sessions) goes up and down on its own and leaves the rest of the data alone."""
 
 from __future__ import annotations
 
@@ -6,12 +7,14 @@ import asyncio
 
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Connection, inspect
+from sqlalchemy import Connection, inspect, text
 
-from tests.fixtures.hub import TABLES
+from tests.fixtures.hub import TABLES as TABLES_0001
 from tether.hub.db import migrate
 from tether.hub.db.engine import Database
 from tether.hub.db.models import Base
+
+TABLES = {*TABLES_0001, "user_sessions"}
 
 
 def _tables(connection: Connection) -> set[str]:
@@ -69,3 +72,48 @@ def test_auto_migrate_off_refuses_an_empty_database(hub_database_url: str) -> No
             await db.close()
 
     asyncio.run(check())
+
+
+async def _sessions_step(url: str) -> None:
+    db = Database(url)
+    try:
+        await migrate.upgrade(db.engine, "0001")
+        async with db.engine.connect() as conn:
+            assert await conn.run_sync(_tables) == set(TABLES_0001)
+        async with db.engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "INSERT INTO users (id, username, name, admin, state, created_at) "
+                    "VALUES (1, 'alice', 'Alice', false, 'active', CURRENT_TIMESTAMP)"
+                )
+            )
+
+        await migrate.upgrade(db.engine)
+        assert await migrate.current_revision(db.engine) == "0002" == migrate.head_revision()
+        async with db.engine.connect() as conn:
+            assert await conn.run_sync(_tables) == TABLES
+            assert await conn.run_sync(_drift) == []
+        async with db.engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "INSERT INTO user_sessions (user_id, session_digest, csrf_digest, csrf_sealed, created_at, "
+                    "expires_at, last_used_at) VALUES (1, 'a', 'b', 'c', CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, "
+                    "CURRENT_TIMESTAMP)"
+                )
+            )
+
+        await migrate.downgrade(db.engine, "0001")
+        assert await migrate.current_revision(db.engine) == "0001"
+        async with db.engine.connect() as conn:
+            assert await conn.run_sync(_tables) == set(TABLES_0001)
+            assert (await conn.execute(text("SELECT username FROM users"))).scalars().all() == ["alice"]
+
+        await migrate.upgrade(db.engine)
+        async with db.engine.connect() as conn:
+            assert (await conn.execute(text("SELECT count(*) FROM user_sessions"))).scalar_one() == 0
+    finally:
+        await db.close()
+
+
+def test_sessions_migration_up_and_down_keeps_other_data(hub_database_url: str) -> None:
+    asyncio.run(_sessions_step(hub_database_url))

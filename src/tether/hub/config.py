@@ -8,18 +8,20 @@ holding base64 text (kas.md §4.2).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from tether.hub.db.engine import DatabaseUrlError, check_url
 from tether.tool.durations import Duration
 
 DEFAULT_DATA_DIR = Path("~/.local/share/tether").expanduser()
 DEFAULT_LISTEN = "127.0.0.1:8080"
+_COOKIE_DOMAIN = re.compile(r"\.?[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*")
 
 #: Environment variable -> dotted configuration field.
 ENV_OVERRIDES = {
@@ -32,6 +34,8 @@ ENV_OVERRIDES = {
     "TETHER_HUB_KAS_API_ADDRESS": "kas.api_address",
     "TETHER_HUB_KAS_API_SECRET_FILE": "kas.authentication_secret_file",
     "TETHER_HUB_LOG_LEVEL": "logging.level",
+    "TETHER_HUB_SESSION_LIFETIME": "sessions.lifetime",
+    "TETHER_HUB_KAS_COOKIE_DOMAIN": "sessions.kas_cookie_domain",
 }
 
 
@@ -83,6 +87,34 @@ class KasCF(_Section):
     timeout: Duration = 3.0
 
 
+class SessionsCF(_Section):
+    """Browser sessions (``/users/sign_in``) and their cookies.
+
+    Attributes:
+        lifetime: seconds a session lasts from sign-in (fixed: use does not extend it); more than 0.
+        kas_cookie_domain: ``Domain`` attribute of the ``_gitlab_kas`` cookie, for kas on another host of the
+            same site (``example.com`` when the hub is ``hub.example.com`` and kas ``kas.example.com``); None
+            means a host-only cookie, which browsers send to kas only when it shares the hub's host name.
+    """
+
+    lifetime: Duration = 7 * 24 * 3600.0
+    kas_cookie_domain: str | None = None
+
+    @field_validator("lifetime")
+    @classmethod
+    def _positive(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError("must be more than 0s")
+        return value
+
+    @field_validator("kas_cookie_domain")
+    @classmethod
+    def _domain(cls, value: str | None) -> str | None:
+        if value is not None and not _COOKIE_DOMAIN.fullmatch(value):
+            raise ValueError(f"{value!r} is not a domain name")
+        return value
+
+
 class LoggingCF(_Section):
     """Process logging level."""
 
@@ -105,6 +137,7 @@ class HubConfig(_Section):
     database: DatabaseCF = DatabaseCF()
     gitlab: GitlabCF = GitlabCF()
     kas: KasCF = KasCF()
+    sessions: SessionsCF = SessionsCF()
     logging: LoggingCF = LoggingCF()
 
     @property
@@ -126,6 +159,11 @@ class HubConfig(_Section):
     def base_url(self) -> str:
         """``external_url`` without a trailing slash."""
         return (self.external_url or f"http://{self.listen}").rstrip("/")
+
+    @property
+    def secure_cookies(self) -> bool:
+        """Whether cookies get the ``Secure`` attribute: when ``external_url`` is ``https://``."""
+        return self.base_url.lower().startswith("https://")
 
     def listen_host_port(self) -> tuple[str, int]:
         """Split ``listen``.

@@ -1,7 +1,7 @@
 """The hub's ASGI application.
 
-REST API under ``/api/v4``, internal API under ``/api/v4/internal``, OpenAPI at ``/openapi.json`` (interactive
-docs at ``/docs``), health at ``/-/health``.
+REST API under ``/api/v4``, internal API under ``/api/v4/internal``, browser sign-in under ``/users/`` (sign_in,
+session, sign_out), OpenAPI at ``/openapi.json`` (interactive docs at ``/docs``), health at ``/-/health``.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from tether.hub.api.routes_groups import router as groups_router
 from tether.hub.api.routes_internal import router as internal_router
 from tether.hub.api.routes_members import router as members_router
 from tether.hub.api.routes_projects import router as projects_router
+from tether.hub.api.routes_sessions import router as sessions_router
 from tether.hub.api.routes_users import router as users_router
 from tether.hub.api.state import HubState
 from tether.hub.config import HubConfig
@@ -100,6 +101,7 @@ def create_app(config: HubConfig, gitlab_secret: bytes) -> FastAPI:
         return {"version": __version__, "revision": "tether"}
 
     app.include_router(api)
+    app.include_router(sessions_router)
 
     @app.get("/-/health", tags=["meta"], summary="Liveness")
     async def health() -> dict[str, str]:

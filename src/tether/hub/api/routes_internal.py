@@ -93,11 +93,13 @@ async def agent_configuration(request: Request, token: AgentToken) -> dict[str, 
 async def authorize_proxy_user(request: Request, body: AuthorizeProxyUser) -> dict[str, Any]:
     """``AuthorizeProxyUserResponse`` JSON (kas.md §4.5).
 
-    401 bad credential or session cookie, 403 not authorized or no ``k8s_proxy`` scope, 404 unknown agent; kas
-    turns each into 401 for the client.
+    401 bad token, unknown/expired session or wrong CSRF token; 403 not authorized or no ``k8s_proxy`` scope;
+    404 unknown agent. kas turns each into 401 for the client.
     """
     async with hub_state(request).db.transaction() as session:
-        result = await internal.authorize_proxy_user(session, body.agent_id, body.access_type, body.access_key)
+        result = await internal.authorize_proxy_user(
+            session, body.agent_id, body.access_type, body.access_key, body.csrf_token
+        )
     return result.to_json()
 
 

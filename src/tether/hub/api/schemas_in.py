@@ -82,6 +82,6 @@ class AuthorizeProxyUser(_Body):
     """``POST /api/v4/internal/kubernetes/authorize_proxy_user`` (kas.md §4.5)."""
 
     agent_id: int
-    access_type: str = Field(description="personal_access_token (session_cookie is refused: no browser sessions).")
-    access_key: str
-    csrf_token: str = ""
+    access_type: str = Field(description="personal_access_token or session_cookie.")
+    access_key: str = Field(description="The personal access token, or the _gitlab_kas cookie value.")
+    csrf_token: str = Field(default="", description="The session's CSRF token (session_cookie only).")

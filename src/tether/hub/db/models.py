@@ -5,6 +5,7 @@ from __future__ import annotations
 from tether.hub.db.agents import AgentConfiguration, ClusterAgent, ClusterAgentToken
 from tether.hub.db.base import Base
 from tether.hub.db.namespaces import GroupMember, Namespace, Project, ProjectMember
+from tether.hub.db.sessions import UserSession
 from tether.hub.db.users import PersonalAccessToken, User
 
 __all__ = [
@@ -18,4 +19,5 @@ __all__ = [
     "Project",
     "ProjectMember",
     "User",
+    "UserSession",
 ]

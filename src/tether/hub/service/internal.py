@@ -21,6 +21,7 @@ from tether.hub.db.types import utcnow
 from tether.hub.db.users import PersonalAccessToken, User
 from tether.hub.errors import Forbidden, NotFound, Unauthorized
 from tether.hub.roles import Role
+from tether.hub.service import sessions
 from tether.hub.service.access import inherited_group_level, user_project_level
 from tether.hub.service.principal import SCOPE_K8S_PROXY
 from tether.hub.service.users import token_active
@@ -104,38 +105,36 @@ class ProxyAuthorization:
 
 
 async def authorize_proxy_user(
-    session: AsyncSession, agent_id: int, access_type: str, access_key: str
+    session: AsyncSession, agent_id: int, access_type: str, access_key: str, csrf_token: str = ""
 ) -> ProxyAuthorization:
     """Decide whether the holder of ``access_key`` may reach the cluster of agent ``agent_id`` through kas.
 
     Rules (GitLab ``Clusters::Agents::AuthorizeProxyUserService``, kas.md §4.5): the credential must be a valid
-    personal access token with scope ``k8s_proxy``; the agent's configuration must have ``user_access`` with
-    ``access_as``; the user must be Developer or above in a project or group listed there, or in the agent's own
-    project (a Tether rule, so an agent's maintainers need no self-listing). Roles are reported as the user's
-    effective role label, e.g. ``["developer"]``.
+    personal access token with scope ``k8s_proxy``, or a live browser session with its CSRF token; the agent's
+    configuration must have ``user_access`` with ``access_as``; the user must be Developer or above in a project
+    or group listed there, or in the agent's own project (a Tether rule, so an agent's maintainers need no
+    self-listing). Roles are reported as the user's effective role label, e.g. ``["developer"]``.
+
+    Args:
+        session: open transaction.
+        agent_id: the agent the client asked for.
+        access_type: ``personal_access_token`` or ``session_cookie``.
+        access_key: the token, or the ``_gitlab_kas`` cookie value (URL-escaped or not).
+        csrf_token: the session's CSRF token (``session_cookie`` only).
 
     Raises:
-        Unauthorized: unknown/revoked/expired token, blocked user, or ``session_cookie`` (this hub has no browser
-            sessions).
-        Forbidden: no ``k8s_proxy`` scope, no ``user_access`` in the configuration, or the user is not authorized.
+        Unauthorized: unknown ``access_type``; unknown/revoked/expired token; unknown, signed-out or expired
+            session, or a CSRF token that is missing or not the session's; blocked user.
+        Forbidden: a token without the ``k8s_proxy`` scope, no ``user_access`` in the configuration, or the user
+            is not authorized.
         NotFound: no agent ``agent_id``.
     """
-    if access_type == ACCESS_SESSION_COOKIE:
-        raise Unauthorized(
-            "401 Unauthorized - this hub has no browser sessions: use a personal access token with scope k8s_proxy"
-        )
-    if access_type != ACCESS_PAT:
-        raise Unauthorized(f"401 Unauthorized - unknown access_type {access_type!r}")
-    token = await session.scalar(
-        select(PersonalAccessToken).where(PersonalAccessToken.token_digest == tokens.digest(access_key))
-    )
-    if token is None or not token_active(token):
-        raise Unauthorized()
-    user = await session.get_one(User, token.user_id)
-    if user.state != "active":
-        raise Unauthorized("401 Unauthorized - user is blocked")
-    if SCOPE_K8S_PROXY not in token.scopes:
-        raise Forbidden("403 Forbidden - the token needs the k8s_proxy scope")
+    if access_type == ACCESS_PAT:
+        user = await _token_user(session, access_key)
+    elif access_type == ACCESS_SESSION_COOKIE:
+        user = await sessions.proxy_user(session, access_key, csrf_token)
+    else:
+        raise Unauthorized(f"401 Unauthorized - unknown access_type {access_type[:40]!r}")
     agent = await session.get(ClusterAgent, agent_id)
     if agent is None:
         raise NotFound("Agent")
@@ -154,7 +153,7 @@ async def authorize_proxy_user(
             "403 Forbidden - You must be a member of `projects` or `groups` under the `user_access` keyword."
         )
     kind = "agent" if "agent" in access_as else "user"
-    log.info("user %d may use agent %d's cluster as %s", user.id, agent.id, kind)
+    log.info("user %d may use agent %d's cluster as %s (%s)", user.id, agent.id, kind, access_type)
     return ProxyAuthorization(
         agent_id=agent.id,
         config_project_id=project.id,
@@ -164,6 +163,20 @@ async def authorize_proxy_user(
         projects=projects if kind == "user" else [],
         groups=groups if kind == "user" else [],
     )
+
+
+async def _token_user(session: AsyncSession, plain: str) -> User:
+    token = await session.scalar(
+        select(PersonalAccessToken).where(PersonalAccessToken.token_digest == tokens.digest(plain))
+    )
+    if token is None or not token_active(token):
+        raise Unauthorized()
+    user = await session.get_one(User, token.user_id)
+    if user.state != "active":
+        raise Unauthorized("401 Unauthorized - user is blocked")
+    if SCOPE_K8S_PROXY not in token.scopes:
+        raise Forbidden("403 Forbidden - the token needs the k8s_proxy scope")
+    return user
 
 
 async def _authorized_projects(

@@ -1,0 +1,98 @@
+"""What the browser-facing pages need: the session cookies, a same-origin check and form bodies.
+
+Cookies (both ``HttpOnly``, ``SameSite=Lax``, path ``/``, ``Max-Age`` = ``sessions.lifetime``, ``Secure`` when
+``external_url`` is ``https://``):
+
+* ``_gitlab_session``: the session id, for the hub itself (host-only);
+* ``_gitlab_kas``: the same id URL-escaped, for kas' Kubernetes API proxy (kas.md §4.5); with
+  ``sessions.kas_cookie_domain`` as its ``Domain`` when kas is on another host of the same site.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qsl, urlsplit
+
+from fastapi import Request, Response
+
+from tether.hub import session_tokens
+from tether.hub.config import HubConfig
+from tether.hub.errors import BadRequest, Forbidden
+
+SESSION_COOKIE = "_gitlab_session"
+KAS_COOKIE = "_gitlab_kas"
+CSRF_HEADER = "X-Csrf-Token"
+#: The sign-out form's CSRF field (Rails' name).
+CSRF_FIELD = "authenticity_token"
+FORM_CONTENT_TYPE = "application/x-www-form-urlencoded"
+_MAX_FORM_BYTES = 16 * 1024
+
+
+def set_session_cookies(response: Response, session_id: str, config: HubConfig) -> None:
+    """Add ``Set-Cookie`` for ``_gitlab_session`` and ``_gitlab_kas`` carrying ``session_id`` (module docstring)."""
+    max_age = max(1, int(config.sessions.lifetime))
+    secure = config.secure_cookies
+    response.set_cookie(SESSION_COOKIE, session_id, max_age=max_age, secure=secure, httponly=True, samesite="lax")
+    response.set_cookie(
+        KAS_COOKIE,
+        session_tokens.kas_cookie_value(session_id),
+        max_age=max_age,
+        domain=config.sessions.kas_cookie_domain,
+        secure=secure,
+        httponly=True,
+        samesite="lax",
+    )
+
+
+def clear_session_cookies(response: Response, config: HubConfig) -> None:
+    """Add ``Set-Cookie`` headers that make the browser drop both session cookies."""
+    secure = config.secure_cookies
+    response.delete_cookie(SESSION_COOKIE, secure=secure, httponly=True, samesite="lax")
+    response.delete_cookie(
+        KAS_COOKIE, domain=config.sessions.kas_cookie_domain, secure=secure, httponly=True, samesite="lax"
+    )
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}".lower()
+
+
+def check_same_origin(request: Request, config: HubConfig) -> None:
+    """Refuse a form post that a page of another origin made the browser send.
+
+    Browsers send ``Origin`` with cross-origin POSTs; it must then be ``external_url``'s origin or the request's
+    own host (either scheme). Requests without ``Origin`` (scripts, curl) pass.
+
+    Raises:
+        Forbidden: ``Origin`` names another site, or is ``null``.
+    """
+    origin = request.headers.get("origin")
+    if origin is None:
+        return
+    allowed = {_origin(config.base_url)}
+    host = request.headers.get("host")
+    if host:
+        allowed |= {f"http://{host}".lower(), f"https://{host}".lower()}
+    if origin.strip().lower() not in allowed:
+        raise Forbidden("403 Forbidden - the form was posted from another origin")
+
+
+def is_form(request: Request) -> bool:
+    """Whether the request body is ``application/x-www-form-urlencoded``."""
+    return request.headers.get("content-type", "").split(";")[0].strip().lower() == FORM_CONTENT_TYPE
+
+
+async def read_form(request: Request) -> dict[str, str]:
+    """The fields of a form-encoded body (at most 16 KiB); a repeated field keeps its last value.
+
+    Raises:
+        BadRequest: another content type, or a body over the limit.
+    """
+    if not is_form(request):
+        raise BadRequest(f"400 Bad request - send the form as {FORM_CONTENT_TYPE}")
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > _MAX_FORM_BYTES:
+            raise BadRequest("400 Bad request - the form is larger than 16 KiB")
+    return dict(parse_qsl(body.decode(errors="replace"), keep_blank_values=True))
