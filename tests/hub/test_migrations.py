@@ -9,12 +9,14 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, inspect, text
 
-from tests.fixtures.hub import TABLES as TABLES_0001
+from tests.fixtures.hub import TABLES as ALL_TABLES
 from tether.hub.db import migrate
 from tether.hub.db.engine import Database
 from tether.hub.db.models import Base
 
-TABLES = {*TABLES_0001, "user_sessions"}
+TABLES = set(ALL_TABLES)
+#: What revision 0001 creates; 0002 adds the browser sessions.
+TABLES_0001 = TABLES - {"user_sessions"}
 
 
 def _tables(connection: Connection) -> set[str]:

@@ -18,13 +18,12 @@ from tether.hub import tokens
 from tether.hub.db.agents import TOKEN_ACTIVE, AgentConfiguration, ClusterAgent, ClusterAgentToken
 from tether.hub.db.namespaces import KIND_GROUP, Namespace, Project
 from tether.hub.db.types import utcnow
-from tether.hub.db.users import PersonalAccessToken, User
+from tether.hub.db.users import User
 from tether.hub.errors import Forbidden, NotFound, Unauthorized
 from tether.hub.roles import Role
-from tether.hub.service import sessions
+from tether.hub.service import sessions, users
 from tether.hub.service.access import inherited_group_level, user_project_level
 from tether.hub.service.principal import SCOPE_K8S_PROXY
-from tether.hub.service.users import token_active
 
 log = logging.getLogger(__name__)
 #: ``last_used_at`` of an agent token is written at most this often (kas asks on every connection).
@@ -166,14 +165,7 @@ async def authorize_proxy_user(
 
 
 async def _token_user(session: AsyncSession, plain: str) -> User:
-    token = await session.scalar(
-        select(PersonalAccessToken).where(PersonalAccessToken.token_digest == tokens.digest(plain))
-    )
-    if token is None or not token_active(token):
-        raise Unauthorized()
-    user = await session.get_one(User, token.user_id)
-    if user.state != "active":
-        raise Unauthorized("401 Unauthorized - user is blocked")
+    token, user = await users.active_token(session, plain)
     if SCOPE_K8S_PROXY not in token.scopes:
         raise Forbidden("403 Forbidden - the token needs the k8s_proxy scope")
     return user

@@ -162,8 +162,8 @@ def token_active(token: PersonalAccessToken, today: date | None = None) -> bool:
     return not token.revoked and (token.expires_at is None or token.expires_at > today)
 
 
-async def authenticate(session: AsyncSession, plain: str) -> Principal:
-    """Resolve a personal access token to the acting principal and note its use.
+async def active_token(session: AsyncSession, plain: str) -> tuple[PersonalAccessToken, User]:
+    """Find the active personal access token ``plain`` (looked up by digest) and its active user.
 
     Raises:
         Unauthorized: unknown, revoked or expired token, or a blocked user.
@@ -176,6 +176,16 @@ async def authenticate(session: AsyncSession, plain: str) -> Principal:
     user = await session.get_one(User, row.user_id)
     if user.state != "active":
         raise Unauthorized("401 Unauthorized - user is blocked")
+    return row, user
+
+
+async def authenticate(session: AsyncSession, plain: str) -> Principal:
+    """Resolve a personal access token to the acting principal and note its use.
+
+    Raises:
+        Unauthorized: unknown, revoked or expired token, or a blocked user.
+    """
+    row, user = await active_token(session, plain)
     now = utcnow()
     if row.last_used_at is None or now - row.last_used_at > LAST_USED_UPDATE_INTERVAL:
         row.last_used_at = now
