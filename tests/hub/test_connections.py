@@ -9,8 +9,9 @@ import grpc
 import pytest
 
 from tests.fixtures.hub import HubLauncher
-from tests.fixtures.system import System, wait_until
+from tests.fixtures.system import System
 from tests.hub.helpers import project_with_agent
+from tests.support.polling import poll_sync
 from tether.devenv.process import free_port
 from tether.devenv.redis_server import RedisServer
 from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2 as config_pb2
@@ -56,7 +57,7 @@ def test_agent_resource_lists_connections_from_a_real_kas(
                 def listed() -> list[dict[str, object]]:
                     return list(hub.api().get(agent_url).json()["connections"])
 
-                connections = await asyncio.to_thread(wait_until, listed, 15, "the connection to be listed")
+                connections = await asyncio.to_thread(poll_sync, listed, "the connection to be listed", 15)
                 assert len(connections) == 1
                 conn = connections[0]
                 assert (conn["agent_version"], conn["pod_name"], conn["pod_namespace"]) == ("v9.9.9", "pod-1", "ns")
@@ -65,6 +66,6 @@ def test_agent_resource_lists_connections_from_a_real_kas(
                 stream.cancel()
 
         asyncio.run(connect_and_check())
-        wait_until(lambda: hub.api().get(agent_url).json()["connections"] == [], 15, "the connection to go away")
+        poll_sync(lambda: hub.api().get(agent_url).json()["connections"] == [], "the connection to go away", 15)
     finally:
         system.stop_all()

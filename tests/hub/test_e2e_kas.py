@@ -11,7 +11,8 @@ import pytest
 
 from tests.fixtures.hub import HubLauncher
 from tests.fixtures.k8s import ClusterInfo
-from tests.fixtures.system import System, wait_until
+from tests.fixtures.system import System
+from tests.support.polling import poll_sync
 from tether.devenv.redis_server import RedisServer
 from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2 as config_pb2
 from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2_grpc as config_grpc
@@ -64,7 +65,7 @@ def test_agent_registered_through_rest_connects_and_revocation_refuses_it(
         def connections() -> list[dict[str, Any]]:
             return list(hub.api().get(agent_api).json()["connections"])
 
-        live = wait_until(connections, 60, "agentk's connection in the agent resource")
+        live = poll_sync(connections, "agentk's connection in the agent resource", 60)
         assert len(live) == 1
         assert (live[0]["pod_name"], live[0]["pod_namespace"]) == (agentk.name, "tether-system")
         assert live[0]["agent_version"] and live[0]["connected_at"]
@@ -74,13 +75,13 @@ def test_agent_registered_through_rest_connects_and_revocation_refuses_it(
         target = kas.agent_address.removeprefix("grpc://")
         assert configuration_status(target, token) == grpc.StatusCode.OK
         gl.http_delete(f"{tokens}/{created['id']}")
-        wait_until(
+        poll_sync(
             lambda: configuration_status(target, token) == grpc.StatusCode.UNAUTHENTICATED,
-            15,
             "kas to refuse the revoked token (info cache TTL 1 s)",
+            15,
             interval=0.5,
         )
-        wait_until(lambda: connections() == [], 30, "the revoked agent's connection to end")
+        poll_sync(lambda: connections() == [], "the revoked agent's connection to end", 30)
     finally:
         system.stop_all()
         launcher.stop_all()

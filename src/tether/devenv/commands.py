@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from tether.devenv.assets import AssetsMissing, cache_problem, cache_root
+from tether.devenv.assets import cache_problem, cache_root
 from tether.devenv.build import build
 from tether.devenv.cluster import ClusterInfo, LocalCluster, ensure_not_running, stop_recorded
 
@@ -139,6 +139,3 @@ def status_command(directory: Path | None) -> None:
         return
     click.echo(f"cluster: running at {info.server}, {info.rss_mib():.0f} MiB RSS")
     print_access(info)
-
-
-__all__ = ["AssetsMissing", "dev"]
