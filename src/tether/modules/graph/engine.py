@@ -15,8 +15,11 @@ High-level algorithm (seed 002 "High-level algorithm"):
 
 Flow control: :meth:`GraphEngine.next_batch` is pulled by the transport. Changes accumulate in the graph's
 dirty sets until pulled, so a slow client costs no memory beyond the graph, and each batch carries the
-latest state of what changed. The first batch waits until every watch has synced (or failed, or
-``sync_timeout_s`` passed), so a client receives the initial graph in as few messages as possible.
+latest state of what changed. The initial state is streamed (issue 15): vertices leave as their objects
+arrive and an arc as soon as both of its ends have been sent (``view.py``); arcs whose destination has not
+been seen wait until every watch has synced (or failed, or ``sync_timeout_s`` passed) and then go with
+``e``. With root expressions visibility depends on the whole graph, so the first batch waits for that
+point instead.
 
 Warnings (seed 002 "Warnings"): ``INFORMER_SYNC_FAILED`` when a watch has not synced within
 ``sync_timeout_s``; ``DISCOVERY_FAILED`` for discovery errors and partial discovery; ``NAMESPACE_LIST_FAILED``
@@ -279,7 +282,12 @@ class GraphEngine:
         self.request = request
         self.options = options or EngineOptions()
         self.graph = Graph()
-        self.view = ClientView(self.graph, roots_enabled=request.roots.enabled, undirected=request.roots.undirected)
+        self.view = ClientView(
+            self.graph,
+            roots_enabled=request.roots.enabled,
+            undirected=request.roots.undirected,
+            holding=not request.roots.enabled,
+        )
         self.selection: Selection | None = None
         self._informers: dict[tuple[str, str, str], _Informer] = {}
         self._namespaces: set[str] = (
@@ -346,7 +354,7 @@ class GraphEngine:
         Raises:
             GraphEngineError: the engine failed (bug or unrecoverable condition).
         """
-        if not self._first_sent:
+        if not self._first_sent and self.request.roots.enabled:
             remaining = self._deadline - asyncio.get_running_loop().time()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._ready.wait(), max(remaining, 0.0))
@@ -517,6 +525,8 @@ class GraphEngine:
             return
         if all(i.synced or i.failed for i in self._informers.values()):
             self._ready.set()
+            self.view.release()
+            self._wakeup.set()
 
     def request_rediscovery(self) -> None:
         """Re-read discovery soon (a CRD changed)."""

@@ -9,6 +9,13 @@ arcs leave before their vertices, vertices arrive before the arcs that point at 
 Visibility: without roots every vertex in the graph is visible; with roots, see ``visibility.py``. An arc
 is sent when its source is visible (its destination then is visible or absent, in which case ``e`` is
 set: "When an arc's destination vertex does not exist ... ``e`` is set to ``true``").
+
+Initial state (issue 15): while :attr:`ClientView.holding` is set (the engine's watches have not all synced
+yet), an arc is sent as soon as both of its ends have been sent; until then it is held under the end that
+is missing, and it is queued again when that end's ``svx`` leaves. :meth:`ClientView.release` (every watch
+synced) queues every held arc: a destination still missing then really is absent and the arc goes with
+``e``. So a client can draw while the rest of the graph arrives, and never sees a transient ``e`` for a
+destination that was merely listed later.
 """
 
 from __future__ import annotations
@@ -44,13 +51,27 @@ class ClientView:
         undirected: arc types whose direction is ignored for reachability.
     """
 
-    def __init__(self, graph: Graph, *, roots_enabled: bool, undirected: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self, graph: Graph, *, roots_enabled: bool, undirected: frozenset[str] = frozenset(), holding: bool = False
+    ) -> None:
         self._graph = graph
         self._roots_enabled = roots_enabled
         self._undirected = undirected
         self._visible: set[VertexId] = set()
         self.sent_vertices: set[VertexId] = set()
         self.sent_arcs: dict[ArcKey, int] = {}
+        #: Hold arcs until both ends are sent (initial state); see the module doc.
+        self.holding = holding
+        self._held: dict[VertexId, list[ArcKey]] = {}
+
+    def release(self) -> None:
+        """Stop holding arcs: queue every held arc (their missing ends are absent, they go with ``e``)."""
+        self.holding = False
+        arcs = self._graph.changes.arcs
+        for held in self._held.values():
+            for key in held:
+                arcs[key] = None
+        self._held.clear()
 
     def pending(self) -> bool:
         """True when there may be actions to send."""
@@ -91,6 +112,10 @@ class ClientView:
                 set_vertices.append(SetVertex(vertex, node.object, node.json_path))
                 self.sent_vertices.add(vertex)
                 budget -= _ACTION_OVERHEAD + len(node.object or node.json_path or b"")
+                held = self._held.pop(vertex, None)
+                if held is not None:
+                    for key in held:
+                        changes.arcs[key] = None
             elif vertex in self.sent_vertices:
                 self.sent_vertices.discard(vertex)
                 delete_vertices.append(DeleteVertex(vertex))
@@ -105,6 +130,17 @@ class ClientView:
             source, destination, arc_type = key
             bits = graph.arcs.get(key)
             if bits is not None and self.is_visible(source):
+                if self.holding:
+                    missing = (
+                        source
+                        if source not in self.sent_vertices
+                        else destination
+                        if destination not in self.sent_vertices
+                        else None
+                    )
+                    if missing is not None:
+                        self._held.setdefault(missing, []).append(key)
+                        continue
                 attrs = bits & ATTR_MASK
                 if destination not in graph.nodes:
                     attrs |= ATTR_DESTINATION_MISSING
