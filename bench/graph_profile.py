@@ -21,6 +21,7 @@ import asyncio
 import cProfile
 import gc
 import io
+import json
 import pstats
 import sys
 import time
@@ -55,8 +56,6 @@ async def _initial_state(kubeconfig: str, namespaces: list[str]) -> tuple[GraphE
     """Run an engine until its initial state has been pulled; returns it still running."""
     kube = KubeClient(load_credentials(kubeconfig))
     request = {"queries": [{"include": {"resource_selector_expression": QUERY}}], "namespaces": {"names": namespaces}}
-    import json
-
     engine = GraphEngine(kube, parse_request(json.dumps(request)), EngineOptions())
     started = time.perf_counter()
     engine.start()
@@ -83,7 +82,9 @@ async def _memory(kubeconfig: str, namespaces: list[str], top: int) -> None:
     current, peak = tracemalloc.get_traced_memory()
     snapshot = tracemalloc.take_snapshot()
     print(f"{vertices} vertices, {arcs} arcs in {seconds:.2f} s (under tracemalloc)")
-    print(f"traced now {current / 2**20:.1f} MiB ({current / max(vertices, 1):.0f} B/vertex), peak {peak / 2**20:.1f} MiB")
+    print(
+        f"traced now {current / 2**20:.1f} MiB ({current / max(vertices, 1):.0f} B/vertex), peak {peak / 2**20:.1f} MiB"
+    )
     stats = snapshot.compare_to(base, "lineno")
     print(f"\ntop {top} source lines by retained bytes:")
     for stat in stats[:top]:

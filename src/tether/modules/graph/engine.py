@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from sys import intern
 from typing import Any
 
 import msgspec
@@ -287,6 +288,7 @@ class GraphEngine:
             roots_enabled=request.roots.enabled,
             undirected=request.roots.undirected,
             holding=not request.roots.enabled,
+            keep_payloads=request.roots.enabled,
         )
         self.selection: Selection | None = None
         self._informers: dict[tuple[str, str, str], _Informer] = {}
@@ -411,7 +413,7 @@ class GraphEngine:
             obj["kind"] = w.kind
         meta = obj.get("metadata") or {}
         name = str(meta.get("name") or "")
-        namespace = str(meta.get("namespace") or "") if w.namespaced else ""
+        namespace = intern(str(meta.get("namespace") or "")) if w.namespaced else ""
         vertex = VertexId(w.group, w.version, w.resource, namespace, name)
         object_filter = w.object_filter
         roots = self.request.roots
@@ -457,11 +459,10 @@ class GraphEngine:
                         ),
                     )
         encoded_object, encoded_json_path = self._projection(w, vertex, obj)
-        labels = meta.get("labels")
         self.graph.upsert(
             vertex,
             Node(
-                labels=labels if isinstance(labels, dict) else None,
+                labels=_compact_labels(meta.get("labels")),
                 refs=extracted.refs,
                 selectors=tuple(extracted.selectors),
                 root=root,
@@ -489,9 +490,8 @@ class GraphEngine:
                 results = json_path.find(obj)
                 return None, (_ENCODER.encode(results) if results else None)
             meta = obj.get("metadata")
-            if isinstance(meta, dict) and "managedFields" in meta:
-                obj = dict(obj)
-                obj["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+            if isinstance(meta, dict):
+                meta.pop("managedFields", None)  # the object is ours and the filters have seen it
             return (_ENCODER.encode(obj) if obj else None), None
         except (TypeError, ValueError, OverflowError) as exc:
             self.warn(self._object_warning(vertex, f"Encoding {_describe(vertex)} failed: {exc}"))
@@ -636,6 +636,13 @@ class GraphEngine:
             for informer in self._informers.values():
                 informer.reflector.resync()
         self._reconcile()
+
+
+def _compact_labels(labels: Any) -> dict[str, str] | None:
+    """``metadata.labels`` with interned strings: keys and many values (``app``, template hashes) repeat."""
+    if not isinstance(labels, dict) or not labels:
+        return None
+    return {intern(k): intern(v) for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 def _resolution_key(selection: Selection) -> frozenset[ApiResource]:

@@ -36,6 +36,8 @@ ORIGIN_SELECTOR = 1 << 9
 _ORIGINS = ORIGIN_REFERENCE | ORIGIN_SELECTOR
 
 _EMPTY_LABELS: Mapping[str, str] = {}
+#: ``Node.selected`` of every node without selectors (only selector holders' dicts are ever modified).
+_NOTHING_SELECTED: dict[tuple[VertexId, str], int] = {}
 ARC_TYPES = (ARC_OWNER, ARC_REFERENCE, ARC_TRANSITIVE)
 
 
@@ -47,12 +49,14 @@ class Node:
         refs: ``(destination, arc type) -> attribute bits`` from the object's fields.
         selectors: label selectors the object holds (e.g. a Service's ``spec.selector``).
         root: a root expression selected the object.
-        object: encoded ``o`` or None.
-        json_path: encoded ``j`` or None.
+        object: encoded ``o`` or None; the view may drop it once sent (``ClientView(keep_payloads=False)``).
+        json_path: encoded ``j`` or None; dropped likewise.
+        digest: hash of ``object`` and ``json_path`` as given, which tells a changed
+            projection from a repeated one after the bytes are gone.
         selected: ``(destination, arc type)`` currently matched by ``selectors`` (maintained by the graph).
     """
 
-    __slots__ = ("json_path", "labels", "object", "refs", "root", "selected", "selectors")
+    __slots__ = ("_refs", "digest", "json_path", "labels", "object", "root", "selected", "selectors")
 
     def __init__(
         self,
@@ -65,12 +69,35 @@ class Node:
         json_path: bytes | None = None,
     ) -> None:
         self.labels: Mapping[str, str] = labels or _EMPTY_LABELS
-        self.refs: dict[tuple[VertexId, str], int] = refs or {}
+        #: The graph stores references flat, ``(destination, type, attributes, ...)``: a third of a dict's size.
+        self._refs: dict[tuple[VertexId, str], int] | tuple[Any, ...] = refs or ()
         self.selectors = selectors
         self.root = root
         self.object = object
         self.json_path = json_path
-        self.selected: dict[tuple[VertexId, str], int] = {}
+        self.digest = hash((object, json_path))
+        self.selected: dict[tuple[VertexId, str], int] = _NOTHING_SELECTED
+
+    @property
+    def refs(self) -> dict[tuple[VertexId, str], int]:
+        """``(destination, arc type) -> attribute bits`` (a new dict once the graph holds the node)."""
+        refs = self._refs
+        if isinstance(refs, dict):
+            return refs
+        return {(refs[i], refs[i + 1]): refs[i + 2] for i in range(0, len(refs), 3)}
+
+    def destinations(self) -> Iterable[VertexId]:
+        """Destinations of the references (with repeats when several arc types lead to one vertex)."""
+        refs = self._refs
+        if isinstance(refs, dict):
+            return [d for d, _ in refs]
+        return refs[::3]
+
+    def compact(self, ids: dict[VertexId, VertexId]) -> None:
+        """Store the references flat, with the graph's shared instance of each destination id."""
+        refs = self._refs
+        if isinstance(refs, dict):
+            self._refs = tuple(x for (d, t), a in refs.items() for x in (ids.setdefault(d, d), t, a))
 
 
 @dataclass
@@ -102,6 +129,9 @@ class Graph:
         self.into: dict[VertexId, set[ArcKey]] = {}
         #: Root vertices.
         self.roots: set[VertexId] = set()
+        #: One shared instance of each vertex id in ``nodes`` or ``into``: the many references to one object
+        #: (every Pod names its ServiceAccount, ConfigMaps, ReplicaSet) then cost a pointer each, not a copy.
+        self._ids: dict[VertexId, VertexId] = {}
         self.changes = Changes()
         self._by_collection: dict[tuple[str, str, str], set[VertexId]] = {}
         #: Vertices by ``(group, resource, namespace, label key, label value)``.
@@ -121,12 +151,16 @@ class Graph:
         node = self.nodes.get(vertex)
         if node is None:
             return ()
-        keys = [(vertex, dst, arc_type) for dst, arc_type in node.refs]
-        keys.extend((vertex, dst, arc_type) for dst, arc_type in node.selected if (dst, arc_type) not in node.refs)
+        refs = node.refs
+        keys = [(vertex, dst, arc_type) for dst, arc_type in refs]
+        keys.extend((vertex, dst, arc_type) for dst, arc_type in node.selected if (dst, arc_type) not in refs)
         return keys
 
     def upsert(self, vertex: VertexId, node: Node) -> None:
         """Add or replace the vertex ``vertex`` with ``node`` (``node.selected`` is computed here)."""
+        ids = self._ids
+        vertex = ids.setdefault(vertex, vertex)
+        node.compact(ids)
         old = self.nodes.get(vertex)
         self.nodes[vertex] = node
         changes = self.changes
@@ -140,22 +174,26 @@ class Graph:
             old_refs: dict[tuple[VertexId, str], int] = {}
             old_selected: dict[tuple[VertexId, str], int] = {}
         else:
-            if old.object != node.object or old.json_path != node.json_path:
+            if old.digest != node.digest:
                 changes.vertices[vertex] = None
+            elif vertex not in changes.vertices:
+                # Same projection, already with the client: keep only what the view kept of it.
+                node.object, node.json_path = old.object, old.json_path
             old_refs, old_selected = old.refs, old.selected
+        new_refs = node.refs
         if node.root != (old.root if old is not None else False):
             changes.topology = True
         if node.root:
             self.roots.add(vertex)
         else:
             self.roots.discard(vertex)
-        if old_refs != node.refs:
-            self._diff(vertex, old_refs, node.refs, ORIGIN_REFERENCE)
+        if old_refs != new_refs:
+            self._diff(vertex, old_refs, new_refs, ORIGIN_REFERENCE)
         if old is None or old.selectors != node.selectors:
             if old is not None:
                 self._unregister(vertex, old.selectors)
             self._register(vertex, node.selectors)
-            node.selected = self._match(node.selectors)
+            node.selected = self._match(node.selectors) if node.selectors else _NOTHING_SELECTED
         else:
             node.selected = old.selected
         if old_selected != node.selected:
@@ -171,6 +209,7 @@ class Graph:
         node = self.nodes.pop(vertex, None)
         if node is None:
             return
+        vertex = self._ids[vertex]
         changes = self.changes
         collection = (vertex.group, vertex.resource, vertex.namespace)
         members = self._by_collection.get(collection)
@@ -190,6 +229,8 @@ class Graph:
             self._unset(holder, vertex, arc_type, ORIGIN_SELECTOR)
         for arc in self.into.get(vertex, ()):
             changes.arcs[arc] = None  # now "e"
+        if vertex not in self.into:
+            self._ids.pop(vertex, None)
 
     # ---- arcs ----
 
@@ -234,6 +275,8 @@ class Graph:
                 targets.discard(key)
                 if not targets:
                     del self.into[destination]
+                    if destination not in self.nodes:
+                        self._ids.pop(destination, None)
             self.changes.topology = True
         self.changes.arcs[key] = None
 

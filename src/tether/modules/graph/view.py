@@ -49,10 +49,20 @@ class ClientView:
         graph: the graph to follow.
         roots_enabled: root filtering applies (``roots.object_selector_expressions`` non-empty).
         undirected: arc types whose direction is ignored for reachability.
+        holding: start by holding arcs until both ends are sent (initial state, see the module doc).
+        keep_payloads: keep a vertex's ``o`` / ``j`` bytes after sending them. Needed when visibility can
+            change (roots), since a vertex may have to be sent again without a new object; otherwise the
+            bytes are dropped once sent (a changed object brings new ones) and only their digest stays.
     """
 
     def __init__(
-        self, graph: Graph, *, roots_enabled: bool, undirected: frozenset[str] = frozenset(), holding: bool = False
+        self,
+        graph: Graph,
+        *,
+        roots_enabled: bool,
+        undirected: frozenset[str] = frozenset(),
+        holding: bool = False,
+        keep_payloads: bool = True,
     ) -> None:
         self._graph = graph
         self._roots_enabled = roots_enabled
@@ -63,6 +73,7 @@ class ClientView:
         #: Hold arcs until both ends are sent (initial state); see the module doc.
         self.holding = holding
         self._held: dict[VertexId, list[ArcKey]] = {}
+        self._keep_payloads = keep_payloads
 
     def release(self) -> None:
         """Stop holding arcs: queue every held arc (their missing ends are absent, they go with ``e``)."""
@@ -71,7 +82,7 @@ class ClientView:
         for held in self._held.values():
             for key in held:
                 arcs[key] = None
-        self._held.clear()
+        self._held = {}
 
     def pending(self) -> bool:
         """True when there may be actions to send."""
@@ -112,6 +123,8 @@ class ClientView:
                 set_vertices.append(SetVertex(vertex, node.object, node.json_path))
                 self.sent_vertices.add(vertex)
                 budget -= _ACTION_OVERHEAD + len(node.object or node.json_path or b"")
+                if not self._keep_payloads:
+                    node.object = node.json_path = None
                 held = self._held.pop(vertex, None)
                 if held is not None:
                     for key in held:
@@ -122,6 +135,8 @@ class ClientView:
                 budget -= _ACTION_OVERHEAD
         for vertex in done_vertices:
             del changes.vertices[vertex]
+        if not changes.vertices:
+            changes.vertices = {}  # a drained dict keeps its peak-sized table
         done_arcs: list[ArcKey] = []
         for key in islice(changes.arcs, max(0, max_actions - processed)):
             if budget <= 0:
@@ -153,6 +168,8 @@ class ClientView:
                 budget -= _ACTION_OVERHEAD * 2
         for key in done_arcs:
             del changes.arcs[key]
+        if not changes.arcs:
+            changes.arcs = {}
         return delete_arcs + delete_vertices + set_vertices + set_arcs
 
     def _recompute_visibility(self) -> None:
