@@ -25,7 +25,7 @@ from tether.agentk.internal_server import InternalServer
 from tether.kube.client import KubeClient
 from tether.modules.graph.engine import EngineOptions, GraphEngine, GraphEngineError
 from tether.modules.graph.request import RequestError, compile_request
-from tether.modules.graph.wire import request_from_proto, response_to_proto
+from tether.modules.graph.wire import encode_response, request_from_proto
 from tether.pb.gitlab.agent.graph.rpc import rpc_pb2
 
 __all__ = ["WATCH_GRAPH_FULL_METHOD", "WATCH_GRAPH_METHOD", "WATCH_GRAPH_SERVICE", "GraphServicer"]
@@ -64,7 +64,7 @@ class GraphServicer:
             WATCH_GRAPH_METHOD: grpc.unary_stream_rpc_method_handler(
                 self.WatchGraph,
                 request_deserializer=rpc_pb2.WatchGraphRequest.FromString,
-                response_serializer=rpc_pb2.WatchGraphResponse.SerializeToString,
+                response_serializer=_already_serialized,
             )
         }
 
@@ -72,8 +72,8 @@ class GraphServicer:
         self,
         request: rpc_pb2.WatchGraphRequest,
         context: aio.ServicerContext[rpc_pb2.WatchGraphRequest, rpc_pb2.WatchGraphResponse],
-    ) -> AsyncIterator[rpc_pb2.WatchGraphResponse]:
-        """Stream graph batches until the caller cancels.
+    ) -> AsyncIterator[bytes]:
+        """Stream graph batches (serialized ``WatchGraphResponse`` messages) until the caller cancels.
 
         Raises:
             grpc.aio.AbortError: ``INVALID_ARGUMENT`` for an invalid request, ``INTERNAL`` when the engine fails.
@@ -90,4 +90,9 @@ class GraphServicer:
                 except GraphEngineError as exc:
                     _log.error("graph_watch_failed", error=str(exc))
                     await context.abort(grpc.StatusCode.INTERNAL, str(exc))
-                yield response_to_proto(batch.actions, batch.warnings)
+                yield encode_response(batch.actions, batch.warnings)
+
+
+def _already_serialized(message: bytes) -> bytes:
+    # WatchGraph yields bytes from ``encode_response``: writing them by hand is several times faster.
+    return message
