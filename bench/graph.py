@@ -1,23 +1,31 @@
-"""Benchmark the Graph API engine on a real local cluster (issue 6 acceptance figures).
+"""Benchmark the Graph API at scale (issue 15), through the whole real path, each size in a fresh agentk.
 
-Usage: ``uv run python bench/graph.py [--skip-20000] [--changes N]``
+Usage (one command; see docs/benchmarks.md)::
 
-* Starts a private cluster (``tether.devenv``) with kwok nodes, creates a graph of about 5,000 objects
-  (200 Deployments x 15 replicas -> 200 ReplicaSets and 3,000 Pods, plus ConfigMaps, Secrets and
-  Services), then about 15,000 more in a second namespace (20,000 in total).
-* The agent side runs in a child process (``--serve``): a gRPC server with :class:`GraphServicer` on a
-  unix socket, i.e. agentk's ``WatchGraph`` without the tunnel. Its RSS is read from ``/proc``.
-* The parent plays kas: it calls ``WatchGraph`` and converts every response to the client JSON
-  (``response_to_json``), counting vertices until the whole graph has been delivered.
+    uv run python bench/graph.py                       # 5,000, 20,000 and 50,000 objects
+    uv run python bench/graph.py --sizes 5000          # a quick run
 
-Figures (written to ``bench/results/graph.json`` as ``{"metric", "value", "unit"}``):
+* A private cluster (``tether.devenv``, kwok nodes) receives the benchmark graph: per 5,000 objects 200
+  Deployments x 15 replicas (200 ReplicaSets, 3,000 Pods), about 1,000 ConfigMaps, 400 Secrets and 200
+  Services, in namespaces that add up to each size (``bench-5k``; ``bench-15k``; ``bench-30k``). Before
+  each measurement the bench waits until every Pod is Running and the cluster is quiet: the API server's
+  revision must advance by at most ``--quiet-revisions`` in ``--quiet-window`` seconds (the controllers
+  keep updating Endpoints for a while after large rollouts).
+* For each size a fresh ``tether kas`` (hub stand-in) and a fresh ``tether agentk`` start; agentk dials
+  kas and the client opens the Graph API WebSocket ``wss://.../k8s-proxy/graph`` on kas, so every message
+  goes agentk -> tunnel -> kas -> WebSocket.
+* The client counts distinct vertices and arcs. The clock runs from the WebSocket upgrade request to the
+  message that brought the last new vertex or arc of the initial state; that point is known once every
+  object is a vertex and the stream has then been silent for ``--settle`` seconds.
+* RSS growth: agentk's ``VmRSS`` when the initial state is complete minus its ``VmRSS`` while idle and
+  connected before the request. agentk CPU: user + system time over the same interval.
+* At the largest size, ``--changes`` ConfigMaps are patched one at a time through the API server; the
+  latency is until the WebSocket message with the ``svx`` carrying the new value arrives.
 
-* ``initial_5000_seconds`` / ``initial_20000_seconds``: request sent -> every vertex received as JSON,
-  with the objects already in the cluster (the engine lists and syncs its watches inside this time).
-* ``agentk_rss_growth_5000_mib`` / ``..._20000_mib``: RSS of the serving process after delivery minus
-  before the request (after a warm-up request on an empty namespace).
-* ``change_to_action_p99_ms`` (and p50): a ConfigMap is patched through the API server; time until its
-  ``svx`` with the new content arrives as JSON (sequential changes, 5,000-object graph).
+Metrics (``bench/results/graph.json``): ``initial_<N>_seconds`` for every size,
+``agentk_rss_growth_<N>_mib`` and ``agentk_cpu_<N>_seconds`` for every size, ``arcs_<N>`` / ``objects_<N>``,
+``change_to_action_p99_ms_<N>`` (and p50) at the largest size, and the load average at the start of
+each measurement.
 """
 
 from __future__ import annotations
@@ -28,7 +36,6 @@ import json
 import os
 import ssl
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,20 +43,12 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import grpc
-from grpc import aio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.fixtures.hub_stub import start_stub, write_private_secret
 from tests.fixtures.system import System
 from tether.devenv import pki
 from tether.devenv.cluster import LocalCluster
-from tether.kube.client import KubeClient
-from tether.kube.kubeconfig import load_credentials
-from tether.modules.graph.agent import WATCH_GRAPH_FULL_METHOD, WATCH_GRAPH_SERVICE, GraphServicer
-from tether.modules.graph.request import decode_request
-from tether.modules.graph.wire import request_to_proto, response_to_json
-from tether.pb.gitlab.agent.graph.rpc import rpc_pb2
 
 RESULTS = Path(__file__).parent / "results" / "graph.json"
 QUERY = (
@@ -65,26 +64,6 @@ COLLECTIONS = [
     ("/apis/apps/v1", "deployments"),
     ("/apis/apps/v1", "replicasets"),
 ]
-
-
-# ---- agent side (child process) ---------------------------------------------------------------------
-
-
-async def serve(socket_path: str, kubeconfig: str) -> None:
-    """Serve WatchGraph on ``unix://socket_path`` until stdin closes."""
-
-    kube = KubeClient(load_credentials(kubeconfig))
-    options = [("grpc.max_send_message_length", 16 << 20), ("grpc.max_receive_message_length", 16 << 20)]
-    server = aio.server(options=options)
-    server.add_generic_rpc_handlers(
-        [grpc.method_handlers_generic_handler(WATCH_GRAPH_SERVICE, GraphServicer(kube).method_handlers())]
-    )
-    server.add_insecure_port(f"unix://{socket_path}")
-    await server.start()
-    print("READY", flush=True)
-    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
-    await server.stop(None)
-    await kube.close()
 
 
 # ---- kas/client side ----------------------------------------------------------------------------------
@@ -234,67 +213,105 @@ async def populate(api: Api, namespace: str, size: int) -> int:
     return await api.count(namespace)
 
 
-async def watch(channel: aio.Channel, namespaces: list[str]) -> aio.UnaryStreamCall[Any, Any]:
-
-    request = decode_request(
-        json.dumps(
-            {"queries": [{"include": {"resource_selector_expression": QUERY}}], "namespaces": {"names": namespaces}}
-        )
-    )
-    method = channel.unary_stream(
-        WATCH_GRAPH_FULL_METHOD,
-        request_serializer=rpc_pb2.WatchGraphRequest.SerializeToString,
-        response_deserializer=rpc_pb2.WatchGraphResponse.FromString,
-    )
-    return method(request_to_proto(request))
+def proc_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of ``pid`` in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def initial_delivery(
-    channel: aio.Channel, namespaces: list[str], expected: int
-) -> tuple[float, aio.UnaryStreamCall[Any, Any], set[tuple[str, str, str]]]:
-    """Seconds until ``expected`` vertices arrived as client JSON; the call stays open."""
+def load_average() -> float:
+    """The 1-minute load average (as ``uptime`` shows it)."""
+    return os.getloadavg()[0]
 
-    started = time.perf_counter()
-    call = await watch(channel, namespaces)
-    seen: set[tuple[str, str, str]] = set()
-    async for response in call:
-        message = json.loads(response_to_json(response))
-        for action in message.get("actions", []):
+
+async def wait_quiet(api: Api, window_s: float, max_revisions: int, limit_s: float = 1200.0) -> None:
+    """Wait until the API server's revision advances by at most ``max_revisions`` in ``window_s``."""
+    started = time.monotonic()
+
+    async def revision() -> int:
+        listed = await api.request("GET", "/api/v1/namespaces?limit=1")
+        return int(listed["metadata"]["resourceVersion"])
+
+    previous = await revision()
+    while True:
+        await asyncio.sleep(window_s)
+        current = await revision()
+        if current - previous <= max_revisions:
+            print(f"  cluster quiet (+{current - previous} revisions in {window_s:g} s)", flush=True)
+            return
+        if time.monotonic() - started > limit_s:
+            print(f"  cluster still busy after {limit_s:g} s (+{current - previous}); measuring anyway", flush=True)
+            return
+        print(f"  waiting for a quiet cluster: +{current - previous} revisions in {window_s:g} s", flush=True)
+        previous = current
+
+
+class GraphClient:
+    """A WebSocket Graph API client keeping the set of vertices and arcs and when each message arrived."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse, started: float) -> None:
+        self.ws = ws
+        self.started = started
+        self.vertices: set[tuple[str, str, str]] = set()
+        self.arcs: set[tuple[Any, ...]] = set()
+        self.last_new = started  # arrival of the last message that brought a new vertex or arc
+        self.messages: asyncio.Queue[bytes] = asyncio.Queue()
+
+    def apply(self, data: bytes) -> None:
+        grew = False
+        for action in json.loads(data).get("actions", []):
             if "svx" in action:
                 vx = action["svx"]["vx"]
-                seen.add((vx["r"], vx.get("ns", ""), vx["n"]))
-        if len(seen) >= expected:
-            return time.perf_counter() - started, call, seen
-    raise RuntimeError("stream ended")
+                key = (vx["r"], vx.get("ns", ""), vx["n"])
+                if key not in self.vertices:
+                    self.vertices.add(key)
+                    grew = True
+            elif "sarc" in action:
+                arc = action["sarc"]
+                key2 = (arc["s"]["r"], arc["s"].get("ns"), arc["s"]["n"], arc["d"]["r"], arc["d"].get("ns"))
+                key2 += (arc["d"]["n"], arc["t"])
+                if key2 not in self.arcs:
+                    self.arcs.add(key2)
+                    grew = True
+        if grew:
+            self.last_new = time.perf_counter()
+
+    async def initial_state(self, expected_vertices: int, settle_s: float, timeout_s: float = 600.0) -> float:
+        """Seconds from the upgrade request to the last new vertex or arc of the initial state."""
+        deadline = time.perf_counter() + timeout_s
+        while True:
+            wait = settle_s if len(self.vertices) >= expected_vertices else deadline - time.perf_counter()
+            try:
+                message = await self.ws.receive(timeout=max(wait, 0.01))
+            except TimeoutError:
+                if len(self.vertices) >= expected_vertices:
+                    return self.last_new - self.started
+                raise RuntimeError(f"only {len(self.vertices)} of {expected_vertices} vertices arrived") from None
+            if message.type != aiohttp.WSMsgType.TEXT:
+                raise RuntimeError(f"stream ended: {message.type} {message.data} {message.extra}")
+            self.apply(message.data.encode())
+
+    async def read_into_queue(self) -> None:
+        async for message in self.ws:
+            self.messages.put_nowait(message.data.encode())
 
 
-async def change_latency(api: Api, call: aio.UnaryStreamCall[Any, Any], namespace: str, changes: int) -> list[float]:
-    """Patch ConfigMaps one at a time; latency until the matching svx arrives (ms)."""
-
-    responses: asyncio.Queue[bytes] = asyncio.Queue()
-
-    async def reader() -> None:
-        async for response in call:
-            responses.put_nowait(response_to_json(response))
-
-    task = asyncio.create_task(reader())
-    await asyncio.sleep(1.0)
-    while not responses.empty():
-        responses.get_nowait()
+async def change_latency(api: Api, client: GraphClient, namespace: str, changes: int) -> list[float]:
+    """Patch ConfigMaps one at a time; milliseconds until the message with the new content arrives."""
+    task = asyncio.create_task(client.read_into_queue())
     latencies: list[float] = []
     try:
         for i in range(changes):
-            name = f"cm-{i}"
             value = f"change-{i}-{time.time_ns()}"
             started = time.perf_counter()
             await api.request(
                 "PATCH",
-                f"/api/v1/namespaces/{namespace}/configmaps/{name}",
+                f"/api/v1/namespaces/{namespace}/configmaps/cm-{i}",
                 {"data": {"i": value}},
                 "application/merge-patch+json",
             )
             while True:
-                raw = await asyncio.wait_for(responses.get(), 30)
+                raw = await asyncio.wait_for(client.messages.get(), 30)
                 if value.encode() in raw:
                     latencies.append((time.perf_counter() - started) * 1000)
                     break
@@ -303,41 +320,15 @@ async def change_latency(api: Api, call: aio.UnaryStreamCall[Any, Any], namespac
     return latencies
 
 
-async def initial_delivery_through_kas(
-    url: str, token: str, ca_file: Path, namespaces: list[str], expected: int
-) -> float:
-    """Seconds until ``expected`` vertices arrived over kas' Graph API WebSocket (the whole real path)."""
-    request = {"queries": [{"include": {"resource_selector_expression": QUERY}}], "namespaces": {"names": namespaces}}
-    context = ssl.create_default_context(cafile=str(ca_file))
-    seen: set[tuple[str, str, str]] = set()
-    async with aiohttp.ClientSession() as session:
-        started = time.perf_counter()
-        ws = await session.ws_connect(
-            url + "graph",
-            protocols=["gitlab-agent-graph-api"],
-            headers={"Authorization": f"Bearer {token}"},
-            ssl=context,
-            max_msg_size=16 << 20,
-        )
-        await ws.send_str(json.dumps(request))
-        async for message in ws:
-            for action in json.loads(message.data).get("actions", []):
-                if "svx" in action:
-                    vx = action["svx"]["vx"]
-                    seen.add((vx["r"], vx.get("ns", ""), vx["n"]))
-            if len(seen) >= expected:
-                elapsed = time.perf_counter() - started
-                await ws.close()
-                return elapsed
-    raise RuntimeError(f"stream ended after {len(seen)} of {expected} vertices")
-
-
-async def through_kas(directory: Path, kubeconfig: Path, namespaces: list[str], expected: int) -> tuple[float, float]:
-    """The 5,000-object graph through a real kas and ``tether agentk``: (seconds, agentk RSS growth MiB)."""
+async def measure(
+    directory: Path, kubeconfig: Path, api: Api, namespaces: list[str], expected: int, args: argparse.Namespace
+) -> dict[str, float]:
+    """One size in a fresh kas and agentk: initial state, RSS growth, CPU; change latency if asked."""
     directory.mkdir(parents=True, exist_ok=True)
     hub, runner = await start_stub(directory)
     tls = pki.generate(directory / "proxy-tls")
     system = System(directory, hub, write_private_secret(directory / "private_secret"), kubeconfig, None, tls)
+    figures: dict[str, float] = {}
     try:
         kas = system.kas(use_redis=False)
         token, pat, agent_id = "graph-bench-agent", "graph-bench-pat", 901
@@ -351,87 +342,105 @@ async def through_kas(directory: Path, kubeconfig: Path, namespaces: list[str], 
             except OSError:  # its observability listener is not up yet
                 pass
             await asyncio.sleep(0.2)
+        await asyncio.sleep(3)  # connected and idle: tunnels up, configuration received
         assert kas.k8s_proxy_ca is not None
-        # Warm-up on an empty namespace, so the measurement starts from a connected, idle agent.
-        await initial_delivery_through_kas(kas.k8s_proxy_url, f"pat:{agent_id}:{pat}", kas.k8s_proxy_ca, ["warmup"], 2)
-        before = rss_mib(agentk.process.pid)
-        seconds = await initial_delivery_through_kas(
-            kas.k8s_proxy_url, f"pat:{agent_id}:{pat}", kas.k8s_proxy_ca, namespaces, expected
-        )
-        return seconds, rss_mib(agentk.process.pid) - before
+        pid = agentk.process.pid
+        assert pid is not None
+        figures["load"] = load_average()
+        rss_before, cpu_before = rss_mib(pid), proc_cpu_seconds(pid)
+        request = {
+            "queries": [{"include": {"resource_selector_expression": QUERY}}],
+            "namespaces": {"names": namespaces},
+        }
+        context = ssl.create_default_context(cafile=str(kas.k8s_proxy_ca))
+        async with aiohttp.ClientSession() as session:
+            started = time.perf_counter()
+            ws = await session.ws_connect(
+                kas.k8s_proxy_url + "graph",
+                protocols=["gitlab-agent-graph-api"],
+                headers={"Authorization": f"Bearer pat:{agent_id}:{pat}"},
+                ssl=context,
+                max_msg_size=64 << 20,
+            )
+            await ws.send_str(json.dumps(request))
+            client = GraphClient(ws, started)
+            figures["seconds"] = await client.initial_state(expected, args.settle)
+            figures["rss_growth_mib"] = rss_mib(pid) - rss_before
+            figures["cpu_seconds"] = proc_cpu_seconds(pid) - cpu_before
+            figures["vertices"] = len(client.vertices)
+            figures["arcs"] = len(client.arcs)
+            if args.changes and expected >= max(args.sizes):
+                latencies = sorted(await change_latency(api, client, namespaces[0], args.changes))
+                figures["p50_ms"] = statistics.median(latencies)
+                figures["p99_ms"] = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+            await ws.close()
     finally:
         system.stop_all()
         await runner.cleanup()
+    return figures
+
+
+#: Namespaces the sizes are built from, and how many objects each adds.
+LAYERS = [("bench-5k", 5000), ("bench-15k", 15000), ("bench-30k", 30000)]
 
 
 async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
-
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="tether-graph-bench-") as tmp:
-        cluster = LocalCluster(Path(tmp) / "cluster", nodes=4)
+        cluster = LocalCluster(Path(tmp) / "cluster", nodes=args.nodes)
         info = cluster.start()
-        socket_path = f"{tmp}/graph.sock"
-        child = subprocess.Popen(
-            [sys.executable, __file__, "--serve", socket_path, "--kubeconfig", str(info.kubeconfig)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
         try:
-            assert child.stdout is not None and child.stdout.readline().strip() == "READY"
-            channel = aio.insecure_channel(
-                f"unix://{socket_path}", options=[("grpc.max_receive_message_length", 16 << 20)]
-            )
             async with Api(info.server, info.token, info.ca_file) as api:
-                await api.request("POST", "/api/v1/namespaces", {"metadata": {"name": "warmup"}})
-                _, warm, _ = await initial_delivery(channel, ["warmup"], 2)  # kube-root-ca.crt + default SA
-                warm.cancel()
-                await asyncio.sleep(2)
-                print("populating 5,000 objects", flush=True)
-                total_5k = await populate(api, "bench-5k", 5000)
-                before = rss_mib(child.pid)
-                seconds, call, _ = await initial_delivery(channel, ["bench-5k"], total_5k)
-                growth = rss_mib(child.pid) - before
-                print(f"5k: {total_5k} objects in {seconds:.2f} s, RSS +{growth:.1f} MiB", flush=True)
-                results += [
-                    {"metric": "objects_5000", "value": total_5k, "unit": "objects"},
-                    {"metric": "initial_5000_seconds", "value": round(seconds, 2), "unit": "s"},
-                    {"metric": "agentk_rss_growth_5000_mib", "value": round(growth, 1), "unit": "MiB"},
-                ]
-                latencies = sorted(await change_latency(api, call, "bench-5k", args.changes))
-                call.cancel()
-                e2e_s, e2e_growth = await through_kas(Path(tmp) / "e2e", info.kubeconfig, ["bench-5k"], total_5k)
-                print(f"5k through kas + tether agentk: {e2e_s:.2f} s, agentk RSS +{e2e_growth:.1f} MiB", flush=True)
-                results += [
-                    {"metric": "e2e_initial_5000_seconds", "value": round(e2e_s, 2), "unit": "s"},
-                    {"metric": "e2e_agentk_rss_growth_5000_mib", "value": round(e2e_growth, 1), "unit": "MiB"},
-                ]
-                p50 = statistics.median(latencies)
-                p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
-                print(f"change->action p50 {p50:.1f} ms p99 {p99:.1f} ms over {len(latencies)}", flush=True)
-                results += [
-                    {"metric": "change_to_action_p50_ms", "value": round(p50, 1), "unit": "ms"},
-                    {"metric": "change_to_action_p99_ms", "value": round(p99, 1), "unit": "ms"},
-                ]
-                if not args.skip_20000:
-                    await asyncio.sleep(3)
-                    print("populating 15,000 more objects", flush=True)
-                    total_15k = await populate(api, "bench-15k", 15000)
-                    before = rss_mib(child.pid)
-                    seconds, call, _ = await initial_delivery(channel, ["bench-5k", "bench-15k"], total_5k + total_15k)
-                    growth = rss_mib(child.pid) - before
-                    call.cancel()
-                    print(f"20k: {total_5k + total_15k} objects in {seconds:.2f} s, RSS +{growth:.1f} MiB", flush=True)
+                namespaces: list[str] = []
+                total = 0
+                for size in sorted(args.sizes):
+                    while total < size:
+                        namespace, count = LAYERS[len(namespaces)]
+                        print(f"populating {count:,} objects in {namespace}", flush=True)
+                        total += await populate(api, namespace, count)
+                        namespaces.append(namespace)
+                    await wait_quiet(api, args.quiet_window, args.quiet_revisions)
+                    print(f"measuring {total:,} objects (load {load_average():.2f})", flush=True)
+                    figures = await measure(Path(tmp) / f"run-{size}", info.kubeconfig, api, namespaces, total, args)
+                    print(
+                        f"{size:,}: {figures['vertices']:,.0f} vertices, {figures['arcs']:,.0f} arcs in "
+                        f"{figures['seconds']:.2f} s; agentk RSS +{figures['rss_growth_mib']:.1f} MiB, "
+                        f"CPU {figures['cpu_seconds']:.2f} s; load {figures['load']:.2f}",
+                        flush=True,
+                    )
                     results += [
-                        {"metric": "objects_20000", "value": total_5k + total_15k, "unit": "objects"},
-                        {"metric": "initial_20000_seconds", "value": round(seconds, 2), "unit": "s"},
-                        {"metric": "agentk_rss_growth_20000_mib", "value": round(growth, 1), "unit": "MiB"},
+                        {"metric": f"objects_{size}", "value": total, "unit": "objects"},
+                        {"metric": f"arcs_{size}", "value": int(figures["arcs"]), "unit": "arcs"},
+                        {"metric": f"initial_{size}_seconds", "value": round(figures["seconds"], 2), "unit": "s"},
+                        {
+                            "metric": f"agentk_rss_growth_{size}_mib",
+                            "value": round(figures["rss_growth_mib"], 1),
+                            "unit": "MiB",
+                        },
+                        {
+                            "metric": f"agentk_cpu_{size}_seconds",
+                            "value": round(figures["cpu_seconds"], 2),
+                            "unit": "s",
+                        },
+                        {"metric": f"load_average_{size}", "value": round(figures["load"], 2), "unit": "load"},
                     ]
-            await channel.close()
+                    if "p99_ms" in figures:
+                        print(
+                            f"change->action p50 {figures['p50_ms']:.1f} ms p99 {figures['p99_ms']:.1f} ms", flush=True
+                        )
+                        results += [
+                            {
+                                "metric": f"change_to_action_p50_ms_{size}",
+                                "value": round(figures["p50_ms"], 1),
+                                "unit": "ms",
+                            },
+                            {
+                                "metric": f"change_to_action_p99_ms_{size}",
+                                "value": round(figures["p99_ms"], 1),
+                                "unit": "ms",
+                            },
+                        ]
         finally:
-            if child.stdin is not None:
-                child.stdin.close()
-            child.wait(30)
             cluster.stop()
     return results
 
@@ -439,18 +448,21 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
 def main() -> None:
     """Entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--serve", help=argparse.SUPPRESS)
-    parser.add_argument("--kubeconfig", help=argparse.SUPPRESS)
-    parser.add_argument("--skip-20000", action="store_true", help="only the 5,000-object graph")
-    parser.add_argument("--changes", type=int, default=200, help="ConfigMap changes for the latency figure")
+    parser.add_argument("--sizes", default="5000,20000,50000", help="comma-separated object counts (5000 steps)")
+    parser.add_argument("--changes", type=int, default=200, help="ConfigMap changes at the largest size (0: none)")
+    parser.add_argument("--nodes", type=int, default=6, help="kwok nodes (10,000 pods each)")
+    parser.add_argument("--settle", type=float, default=5.0, help="silence that ends the initial state, seconds")
+    parser.add_argument("--quiet-window", type=float, default=5.0, help="seconds per quiet-cluster check")
+    parser.add_argument("--quiet-revisions", type=int, default=20, help="revisions allowed in a quiet window")
+    parser.add_argument("--output", type=Path, default=RESULTS, help="results file")
     args = parser.parse_args()
-    if args.serve:
-        asyncio.run(serve(args.serve, args.kubeconfig))
-        return
+    args.sizes = [int(s) for s in args.sizes.split(",")]
+    if any(size not in (5000, 20000, 50000) for size in args.sizes):
+        parser.error("sizes are 5000, 20000 and 50000")
     results = asyncio.run(run(args))
     results.append({"metric": "cpu_count", "value": os.cpu_count(), "unit": "cores"})
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    args.output.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {args.output}")
 
 
 if __name__ == "__main__":
