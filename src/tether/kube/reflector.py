@@ -15,7 +15,8 @@ Behaviour (as client-go's reflector):
    token) -> relist from scratch. Other failures -> :meth:`ReflectorHandler.on_error`, jittered
    exponential backoff, then a new watch from the last resourceVersion (or a new list if none succeeded).
 
-Memory: the reflector keeps only ``namespace/name -> resourceVersion`` per object, never the objects.
+Memory: the reflector keeps only ``namespace/name -> resourceVersion`` per object, never the objects
+(namespace names interned: one copy however many objects a namespace holds).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import asyncio
 import contextlib
 import random
 from collections.abc import Mapping
+from sys import intern
 from typing import Any, Protocol
 
 import structlog
@@ -172,7 +174,7 @@ class Reflector:
                     first = False
                 for obj in page.get("items") or []:
                     meta = obj.get("metadata") or {}
-                    key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+                    key = (intern(str(meta.get("namespace") or "")), str(meta.get("name") or ""))
                     seen.add(key)
                     rv = str(meta.get("resourceVersion") or "")
                     if force or self._known.get(key) != rv or not rv:
@@ -203,7 +205,7 @@ class Reflector:
                 obj = event.get("object") or {}
                 meta = obj.get("metadata") or {}
                 if kind == "ADDED":
-                    key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+                    key = (intern(str(meta.get("namespace") or "")), str(meta.get("name") or ""))
                     seen.add(key)
                     rv = str(meta.get("resourceVersion") or "")
                     if force or self._known.get(key) != rv or not rv:
@@ -268,7 +270,7 @@ class Reflector:
             if rv:
                 self._resource_version = rv
             return
-        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        key = (intern(str(meta.get("namespace") or "")), str(meta.get("name") or ""))
         if kind in ("ADDED", "MODIFIED"):
             self._known[key] = rv
             self._handler.on_upsert(obj)

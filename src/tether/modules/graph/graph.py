@@ -36,6 +36,7 @@ ORIGIN_SELECTOR = 1 << 9
 _ORIGINS = ORIGIN_REFERENCE | ORIGIN_SELECTOR
 
 _EMPTY_LABELS: Mapping[str, str] = {}
+_INTO_LIST_MAX = 8
 #: ``Node.selected`` of every node without selectors (only selector holders' dicts are ever modified).
 _NOTHING_SELECTED: dict[tuple[VertexId, str], int] = {}
 ARC_TYPES = (ARC_OWNER, ARC_REFERENCE, ARC_TRANSITIVE)
@@ -125,8 +126,9 @@ class Graph:
         self.nodes: dict[VertexId, Node] = {}
         #: ``(source, destination, type) -> attribute bits | origin bits``.
         self.arcs: dict[ArcKey, int] = {}
-        #: Arcs by destination (destinations may be absent).
-        self.into: dict[VertexId, set[ArcKey]] = {}
+        #: Arcs by destination (destinations may be absent); a short list, a set once it grows past
+        #: ``_INTO_LIST_MAX`` (most objects are pointed at by one or two arcs, and a set costs 216 bytes).
+        self.into: dict[VertexId, list[ArcKey] | set[ArcKey]] = {}
         #: Root vertices.
         self.roots: set[VertexId] = set()
         #: One shared instance of each vertex id in ``nodes`` or ``into``: the many references to one object
@@ -248,7 +250,15 @@ class Graph:
         key = (source, destination, arc_type)
         bits = self.arcs.get(key)
         if bits is None:
-            self.into.setdefault(destination, set()).add(key)
+            targets = self.into.get(destination)
+            if targets is None:
+                self.into[destination] = [key]
+            elif isinstance(targets, set):
+                targets.add(key)
+            elif len(targets) < _INTO_LIST_MAX:
+                targets.append(key)  # a new arc: not in the list yet
+            else:
+                self.into[destination] = {*targets, key}
             self.changes.topology = True
             bits = 0
         # A reference carries the c/b attributes; a selector match only adds its origin.
@@ -272,7 +282,10 @@ class Graph:
             del self.arcs[key]
             targets = self.into.get(destination)
             if targets is not None:
-                targets.discard(key)
+                if isinstance(targets, set):
+                    targets.discard(key)
+                elif key in targets:
+                    targets.remove(key)
                 if not targets:
                     del self.into[destination]
                     if destination not in self.nodes:

@@ -31,7 +31,6 @@ from tether.modules.graph.model import (
     ATTR_CONTROLLER,
     ATTR_DESTINATION_MISSING,
     Action,
-    DeleteArc,
     DeleteVertex,
     GraphWarning,
     SetArc,
