@@ -255,6 +255,9 @@ class GraphClient:
         self.vertices: set[tuple[str, str, str]] = set()
         self.arcs: set[tuple[Any, ...]] = set()
         self.last_new = started  # arrival of the last message that brought a new vertex or arc
+        self.first_message = 0.0
+        self.all_vertices = 0.0
+        self.expected = 0
         self.messages: asyncio.Queue[bytes] = asyncio.Queue()
 
     def apply(self, data: bytes) -> None:
@@ -275,10 +278,15 @@ class GraphClient:
                     grew = True
         if grew:
             self.last_new = time.perf_counter()
+        if not self.first_message:
+            self.first_message = time.perf_counter() - self.started
+        if not self.all_vertices and len(self.vertices) >= self.expected:
+            self.all_vertices = time.perf_counter() - self.started
 
     async def initial_state(self, expected_vertices: int, settle_s: float, timeout_s: float = 600.0) -> float:
         """Seconds from the upgrade request to the last new vertex or arc of the initial state."""
         deadline = time.perf_counter() + timeout_s
+        self.expected = expected_vertices
         while True:
             wait = settle_s if len(self.vertices) >= expected_vertices else deadline - time.perf_counter()
             try:
@@ -348,6 +356,9 @@ async def measure(
         assert pid is not None
         figures["load"] = load_average()
         rss_before, cpu_before = rss_mib(pid), proc_cpu_seconds(pid)
+        kas_pid = kas.process.pid if kas.process is not None else None
+        kas_cpu_before = proc_cpu_seconds(kas_pid) if kas_pid else 0.0
+        client_cpu_before = time.process_time()
         request = {
             "queries": [{"include": {"resource_selector_expression": QUERY}}],
             "namespaces": {"names": namespaces},
@@ -367,6 +378,10 @@ async def measure(
             figures["seconds"] = await client.initial_state(expected, args.settle)
             figures["rss_growth_mib"] = rss_mib(pid) - rss_before
             figures["cpu_seconds"] = proc_cpu_seconds(pid) - cpu_before
+            figures["kas_cpu_seconds"] = proc_cpu_seconds(kas_pid) - kas_cpu_before if kas_pid else 0.0
+            figures["client_cpu_seconds"] = time.process_time() - client_cpu_before
+            figures["first_message_seconds"] = client.first_message
+            figures["all_vertices_seconds"] = client.all_vertices
             figures["vertices"] = len(client.vertices)
             figures["arcs"] = len(client.arcs)
             if args.changes and expected >= max(args.sizes):
@@ -405,13 +420,21 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                     print(
                         f"{size:,}: {figures['vertices']:,.0f} vertices, {figures['arcs']:,.0f} arcs in "
                         f"{figures['seconds']:.2f} s; agentk RSS +{figures['rss_growth_mib']:.1f} MiB, "
-                        f"CPU {figures['cpu_seconds']:.2f} s; load {figures['load']:.2f}",
+                        f"CPU {figures['cpu_seconds']:.2f} s (kas {figures['kas_cpu_seconds']:.2f} s, client "
+                        f"{figures['client_cpu_seconds']:.2f} s); first message "
+                        f"{figures['first_message_seconds']:.2f} s, all vertices "
+                        f"{figures['all_vertices_seconds']:.2f} s; load {figures['load']:.2f}",
                         flush=True,
                     )
                     results += [
                         {"metric": f"objects_{size}", "value": total, "unit": "objects"},
                         {"metric": f"arcs_{size}", "value": int(figures["arcs"]), "unit": "arcs"},
                         {"metric": f"initial_{size}_seconds", "value": round(figures["seconds"], 2), "unit": "s"},
+                        {
+                            "metric": f"all_vertices_{size}_seconds",
+                            "value": round(figures["all_vertices_seconds"], 2),
+                            "unit": "s",
+                        },
                         {
                             "metric": f"agentk_rss_growth_{size}_mib",
                             "value": round(figures["rss_growth_mib"], 1),

@@ -141,6 +141,9 @@ class Graph:
         #: Selector holders by the equality label their selector requires, or by collection when it requires none.
         self._holders_by_label: dict[tuple[str, str, str, str, str], set[VertexId]] = {}
         self._holders_any: dict[tuple[str, str, str], set[VertexId]] = {}
+        #: Selectors registered per ``(group, resource, namespace)`` they select in: most collections have none,
+        #: and their objects' label changes need no selector work at all.
+        self._targeted: dict[tuple[str, str, str], int] = {}
 
     def __contains__(self, vertex: object) -> bool:
         return vertex in self.nodes
@@ -316,6 +319,8 @@ class Graph:
 
     def _register(self, vertex: VertexId, selectors: tuple[SelectorRef, ...]) -> None:
         for selector in selectors:
+            target = (selector.group, selector.resource, selector.namespace)
+            self._targeted[target] = self._targeted.get(target, 0) + 1
             pair = selector.selector.equality_pair()
             if pair is None:
                 self._holders_any.setdefault((selector.group, selector.resource, selector.namespace), set()).add(vertex)
@@ -325,6 +330,12 @@ class Graph:
 
     def _unregister(self, vertex: VertexId, selectors: tuple[SelectorRef, ...]) -> None:
         for selector in selectors:
+            target = (selector.group, selector.resource, selector.namespace)
+            remaining = self._targeted.get(target, 0) - 1
+            if remaining > 0:
+                self._targeted[target] = remaining
+            else:
+                self._targeted.pop(target, None)
             pair = selector.selector.equality_pair()
             table: dict[Any, set[VertexId]] = self._holders_any if pair is None else self._holders_by_label
             key: tuple[str, ...] = (selector.group, selector.resource, selector.namespace, *(pair or ()))
@@ -351,6 +362,8 @@ class Graph:
     def _reselect(self, vertex: VertexId, labels: Mapping[str, str]) -> None:
         """Re-evaluate every selector that selects or could select ``vertex`` after its labels changed."""
         g, r, ns = vertex.group, vertex.resource, vertex.namespace
+        if (g, r, ns) not in self._targeted:
+            return  # no selector looks at this collection, so none can have selected the vertex either
         candidates = set(self._holders_any.get((g, r, ns), ()))
         for key, value in labels.items():
             candidates.update(self._holders_by_label.get((g, r, ns, key, value), ()))
