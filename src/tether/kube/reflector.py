@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from sys import intern
 from typing import Any, Protocol
 
@@ -73,6 +73,8 @@ class Reflector:
         page_size: objects per list request.
         backoff: retry delays; default 0.8 s doubling up to 30 s.
         streaming_list: try the streaming list (``sendInitialEvents``) before paginated LISTs.
+        pace: awaited after every delivered event (and page) when given; a consumer that cannot keep up
+            makes it wait, so the reflector stops reading and the API server's stream waits in TCP.
     """
 
     def __init__(
@@ -86,6 +88,7 @@ class Reflector:
         page_size: int = 500,
         backoff: Backoff | None = None,
         streaming_list: bool = True,
+        pace: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._client = client
         self.path = path
@@ -102,6 +105,7 @@ class Reflector:
         self._task: asyncio.Task[None] | None = None
         self._resync = False
         self._streaming_list = streaming_list
+        self._pace = pace
         self.synced = False
 
     def start(self) -> None:
@@ -180,6 +184,8 @@ class Reflector:
                     if force or self._known.get(key) != rv or not rv:
                         self._known[key] = rv
                         self._handler.on_upsert(obj)
+                if self._pace is not None:
+                    await self._pace()
                 await asyncio.sleep(0)  # let other tasks run between pages
         except KubeApiError as exc:
             if exc.status == 410:
@@ -198,6 +204,8 @@ class Reflector:
         initial = True
         try:
             async for event in self._client.watch(self.path, params, read_timeout_s=timeout + 60.0):
+                if self._pace is not None:
+                    await self._pace()
                 if not initial:
                     self._on_event(event)
                     continue
@@ -250,6 +258,8 @@ class Reflector:
         params["timeoutSeconds"] = str(timeout)
         try:
             async for event in self._client.watch(self.path, params, read_timeout_s=timeout + 60.0):
+                if self._pace is not None:
+                    await self._pace()
                 self._on_event(event)
         except KubeApiError as exc:
             if exc.status == 410:

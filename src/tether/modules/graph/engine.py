@@ -84,6 +84,9 @@ class EngineOptions:
         rediscovery_debounce_s: wait after a CRD change before re-reading discovery.
         page_size: objects per list request.
         max_pending_warnings: warnings kept while the client is slow; more are dropped (and logged).
+        max_pending_vertices: vertices waiting to be sent (each holding its encoded object) above which the
+            watches stop reading until the client has taken half of them (streamed mode, i.e. without roots):
+            a client slower than the API server then bounds agentk's memory instead of growing it.
     """
 
     sync_timeout_s: float = 30.0
@@ -94,6 +97,7 @@ class EngineOptions:
     rediscovery_debounce_s: float = 1.0
     page_size: int = 500
     max_pending_warnings: int = 100
+    max_pending_vertices: int = 4000
 
 
 @dataclass
@@ -123,6 +127,7 @@ class _SyncedWatch:
             label_selector=label_selector,
             field_selector=field_selector,
             page_size=engine.options.page_size,
+            pace=engine.pace,
         )
         self._timer: asyncio.TimerHandle | None = None
 
@@ -137,6 +142,9 @@ class _SyncedWatch:
 
     def _sync_timeout(self) -> None:
         if self.synced:
+            return
+        if self.engine.paced:  # waiting for the client, not for the API server: give it another period
+            self._timer = asyncio.get_running_loop().call_later(self.engine.options.sync_timeout_s, self._sync_timeout)
             return
         self.failed = True
         detail = f": {self.last_error}" if self.last_error else ""
@@ -309,6 +317,10 @@ class GraphEngine:
         self._task: asyncio.Task[None] | None = None
         self._stopping: list[asyncio.Task[None]] = []
         self._deadline = 0.0
+        #: Set while the watches may read on (see ``EngineOptions.max_pending_vertices``).
+        self._room = asyncio.Event()
+        self._room.set()
+        self._pacing = not request.roots.enabled  # with roots nothing is sent before sync: never pause then
 
     # ---- lifecycle ----
 
@@ -348,6 +360,18 @@ class GraphEngine:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
+    # ---- pacing ----
+
+    @property
+    def paced(self) -> bool:
+        """The watches are waiting for the client to take pending vertices."""
+        return not self._room.is_set()
+
+    async def pace(self) -> None:
+        """Awaited by the reflectors between events: returns when there is room for more pending vertices."""
+        if not self._room.is_set():
+            await self._room.wait()
+
     # ---- pulling batches ----
 
     async def next_batch(self) -> GraphBatch:
@@ -368,6 +392,8 @@ class GraphEngine:
                 if not self._continuation and self.options.batch_delay_s > 0:
                     await asyncio.sleep(self.options.batch_delay_s)
                 actions = self.view.take(self.options.max_actions_per_message, self.options.max_message_bytes)
+                if len(self.graph.changes.vertices) <= self.options.max_pending_vertices // 2:
+                    self._room.set()
                 warnings, self._warnings = self._warnings, []
                 self._continuation = self.view.pending()
                 if actions or warnings:
@@ -470,6 +496,8 @@ class GraphEngine:
                 json_path=encoded_json_path,
             ),
         )
+        if self._pacing and len(self.graph.changes.vertices) >= self.options.max_pending_vertices:
+            self._room.clear()
         self._wakeup.set()
 
     def delete_object(self, informer: _Informer, namespace: str, name: str) -> None:
