@@ -19,6 +19,7 @@ from tests.fixtures.k8s import Kubectl
 from tests.graph.harness import EngineSession, GraphModel, exclude, include
 from tether.kube.client import KubeClient
 from tether.modules.graph.engine import EngineOptions, GraphEngine
+from tether.modules.graph.model import VertexId
 from tether.modules.graph.request import parse_request
 from tether.modules.graph.wire import response_to_json, response_to_proto
 
@@ -453,7 +454,9 @@ async def test_roots_directed(kube: KubeClient, kubectl: Kubectl, k8s_namespace:
     async with EngineSession(kube, request) as session:
         await session.wait(has("configmaps", "config", ns), "deployment's config")
         await session.wait(
-            lambda _: session.engine.graph.nodes and any(k.resource == "pods" for k in session.engine.graph.nodes),
+            lambda _: (
+                session.engine.graph.nodes and any(VertexId(*k).resource == "pods" for k in session.engine.graph.nodes)
+            ),
             "pods in the graph",
         )
         await session.settle()

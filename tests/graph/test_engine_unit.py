@@ -12,7 +12,7 @@ from tether.kube.discovery import ApiResource
 from tether.kube.kubeconfig import KubeCredentials
 from tether.modules.graph import engine as engine_module
 from tether.modules.graph.engine import GraphEngine, _Informer
-from tether.modules.graph.model import SetVertex
+from tether.modules.graph.model import SetVertex, VertexId
 from tether.modules.graph.request import parse_request
 from tether.modules.graph.selection import select_resources
 
@@ -117,4 +117,4 @@ def test_object_filter_error_warns_once_and_excludes() -> None:
     inf.on_upsert({"metadata": {"name": "c", "namespace": "ns"}, "data": {"x": "1"}})
     assert [w.type for w in engine._warnings] == ["OBJECT_PROCESSING_FAILED"]
     assert engine._warnings[0].attributes["n"] == "a"
-    assert {v.name for v in engine.graph.nodes} == {"c"}
+    assert {VertexId(*v).name for v in engine.graph.nodes} == {"c"}

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from tether.modules.graph.model import (
     ARC_OWNER,
@@ -98,7 +98,22 @@ class Node:
         """Store the references flat, with the graph's shared instance of each destination id."""
         refs = self._refs
         if isinstance(refs, dict):
-            self._refs = tuple(x for (d, t), a in refs.items() for x in (ids.setdefault(d, d), t, a))
+            self._refs = tuple(x for (d, t), a in refs.items() for x in (share(ids, d), t, a))
+
+
+def share(ids: dict[VertexId, VertexId], vertex: VertexId) -> VertexId:
+    """The shared instance of ``vertex`` in ``ids`` (added when new).
+
+    Shared instances are plain tuples: they hash, compare and unpack as the :class:`VertexId` they stand for,
+    but CPython's garbage collector stops tracking a tuple of strings (and tuples of such tuples: arc keys,
+    flat references), never a named tuple. Full collections then skip most of a large graph instead of
+    visiting every id, reference and arc of it (issue 15 profile). Graph code reads them by position.
+    """
+    shared = ids.get(vertex)
+    if shared is None:
+        shared = cast(VertexId, tuple(vertex))
+        ids[shared] = shared
+    return shared
 
 
 @dataclass
@@ -164,12 +179,12 @@ class Graph:
     def upsert(self, vertex: VertexId, node: Node) -> None:
         """Add or replace the vertex ``vertex`` with ``node`` (``node.selected`` is computed here)."""
         ids = self._ids
-        vertex = ids.setdefault(vertex, vertex)
+        vertex = share(ids, vertex)
         node.compact(ids)
         old = self.nodes.get(vertex)
         self.nodes[vertex] = node
         changes = self.changes
-        collection = (vertex.group, vertex.resource, vertex.namespace)
+        collection = (vertex[0], vertex[2], vertex[3])
         if old is None:
             self._by_collection.setdefault(collection, set()).add(vertex)
             changes.vertices[vertex] = None
@@ -216,7 +231,7 @@ class Graph:
             return
         vertex = self._ids[vertex]
         changes = self.changes
-        collection = (vertex.group, vertex.resource, vertex.namespace)
+        collection = (vertex[0], vertex[2], vertex[3])
         members = self._by_collection.get(collection)
         if members is not None:
             members.discard(vertex)
@@ -303,12 +318,12 @@ class Graph:
         return [arc for arc in self.into.get(vertex, ()) if self.arcs.get(arc, 0) & ORIGIN_SELECTOR]
 
     def _index_labels(self, vertex: VertexId, labels: Mapping[str, str]) -> None:
-        g, r, ns = vertex.group, vertex.resource, vertex.namespace
+        g, _, r, ns, _ = vertex
         for key, value in labels.items():
             self._by_label.setdefault((g, r, ns, key, value), set()).add(vertex)
 
     def _unindex_labels(self, vertex: VertexId, labels: Mapping[str, str]) -> None:
-        g, r, ns = vertex.group, vertex.resource, vertex.namespace
+        g, _, r, ns, _ = vertex
         for key, value in labels.items():
             index_key = (g, r, ns, key, value)
             members = self._by_label.get(index_key)
@@ -361,7 +376,7 @@ class Graph:
 
     def _reselect(self, vertex: VertexId, labels: Mapping[str, str]) -> None:
         """Re-evaluate every selector that selects or could select ``vertex`` after its labels changed."""
-        g, r, ns = vertex.group, vertex.resource, vertex.namespace
+        g, _, r, ns, _ = vertex
         if (g, r, ns) not in self._targeted:
             return  # no selector looks at this collection, so none can have selected the vertex either
         candidates = set(self._holders_any.get((g, r, ns), ()))

@@ -38,6 +38,11 @@ from tether.modules.graph.visibility import reachable
 
 __all__ = ["ClientView"]
 
+def _public(vertex: VertexId) -> VertexId:
+    """A :class:`VertexId` for an action (the graph shares plain tuples, see ``graph.share``)."""
+    return tuple.__new__(VertexId, vertex)
+
+
 #: Rough encoded size of an action without payload, in bytes (for message size budgeting).
 _ACTION_OVERHEAD = 160
 
@@ -120,7 +125,7 @@ class ClientView:
             processed += 1
             node = graph.nodes.get(vertex)
             if node is not None and self.is_visible(vertex):
-                set_vertices.append(SetVertex(vertex, node.object, node.json_path))
+                set_vertices.append(SetVertex(_public(vertex), node.object, node.json_path))
                 self.sent_vertices.add(vertex)
                 budget -= _ACTION_OVERHEAD + len(node.object or node.json_path or b"")
                 if not self._keep_payloads:
@@ -131,7 +136,7 @@ class ClientView:
                         changes.arcs[key] = None
             elif vertex in self.sent_vertices:
                 self.sent_vertices.discard(vertex)
-                delete_vertices.append(DeleteVertex(vertex))
+                delete_vertices.append(DeleteVertex(_public(vertex)))
                 budget -= _ACTION_OVERHEAD
         for vertex in done_vertices:
             del changes.vertices[vertex]
@@ -161,10 +166,10 @@ class ClientView:
                     attrs |= ATTR_DESTINATION_MISSING
                 if self.sent_arcs.get(key) != attrs:
                     self.sent_arcs[key] = attrs
-                    set_arcs.append(SetArc(source, destination, arc_type, attrs))
+                    set_arcs.append(SetArc(_public(source), _public(destination), arc_type, attrs))
                     budget -= _ACTION_OVERHEAD * 2
             elif self.sent_arcs.pop(key, None) is not None:
-                delete_arcs.append(DeleteArc(source, destination, arc_type))
+                delete_arcs.append(DeleteArc(_public(source), _public(destination), arc_type))
                 budget -= _ACTION_OVERHEAD * 2
         for key in done_arcs:
             del changes.arcs[key]

@@ -67,9 +67,10 @@ _EMPTY = (b"{}", b"[]")
 
 
 def _vertex_json(vertex: VertexId) -> dict[str, str]:
-    if vertex.namespace:
-        return {"g": vertex.group, "v": vertex.version, "r": vertex.resource, "ns": vertex.namespace, "n": vertex.name}
-    return {"g": vertex.group, "v": vertex.version, "r": vertex.resource, "n": vertex.name}
+    group, version, resource, namespace, name = vertex  # the graph's shared ids are plain tuples
+    if namespace:
+        return {"g": group, "v": version, "r": resource, "ns": namespace, "n": name}
+    return {"g": group, "v": version, "r": resource, "n": name}
 
 
 def _attrs_json(bits: int) -> dict[str, bool]:
