@@ -395,6 +395,11 @@ async def measure(
     return figures
 
 
+def metric(name: str, value: float, unit: str) -> dict[str, Any]:
+    """One entry of ``bench/results/graph.json``."""
+    return {"metric": name, "value": value, "unit": unit}
+
+
 #: Namespaces the sizes are built from, and how many objects each adds.
 LAYERS = [("bench-5k", 5000), ("bench-15k", 15000), ("bench-30k", 30000)]
 
@@ -427,41 +432,19 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                         flush=True,
                     )
                     results += [
-                        {"metric": f"objects_{size}", "value": total, "unit": "objects"},
-                        {"metric": f"arcs_{size}", "value": int(figures["arcs"]), "unit": "arcs"},
-                        {"metric": f"initial_{size}_seconds", "value": round(figures["seconds"], 2), "unit": "s"},
-                        {
-                            "metric": f"all_vertices_{size}_seconds",
-                            "value": round(figures["all_vertices_seconds"], 2),
-                            "unit": "s",
-                        },
-                        {
-                            "metric": f"agentk_rss_growth_{size}_mib",
-                            "value": round(figures["rss_growth_mib"], 1),
-                            "unit": "MiB",
-                        },
-                        {
-                            "metric": f"agentk_cpu_{size}_seconds",
-                            "value": round(figures["cpu_seconds"], 2),
-                            "unit": "s",
-                        },
-                        {"metric": f"load_average_{size}", "value": round(figures["load"], 2), "unit": "load"},
+                        metric(f"objects_{size}", total, "objects"),
+                        metric(f"arcs_{size}", int(figures["arcs"]), "arcs"),
+                        metric(f"initial_{size}_seconds", round(figures["seconds"], 2), "s"),
+                        metric(f"all_vertices_{size}_seconds", round(figures["all_vertices_seconds"], 2), "s"),
+                        metric(f"agentk_rss_growth_{size}_mib", round(figures["rss_growth_mib"], 1), "MiB"),
+                        metric(f"agentk_cpu_{size}_seconds", round(figures["cpu_seconds"], 2), "s"),
+                        metric(f"load_average_{size}", round(figures["load"], 2), "load"),
                     ]
                     if "p99_ms" in figures:
-                        print(
-                            f"change->action p50 {figures['p50_ms']:.1f} ms p99 {figures['p99_ms']:.1f} ms", flush=True
-                        )
+                        print(f"change->action p50 {figures['p50_ms']:.1f} p99 {figures['p99_ms']:.1f} ms", flush=True)
                         results += [
-                            {
-                                "metric": f"change_to_action_p50_ms_{size}",
-                                "value": round(figures["p50_ms"], 1),
-                                "unit": "ms",
-                            },
-                            {
-                                "metric": f"change_to_action_p99_ms_{size}",
-                                "value": round(figures["p99_ms"], 1),
-                                "unit": "ms",
-                            },
+                            metric(f"change_to_action_p50_ms_{size}", round(figures["p50_ms"], 1), "ms"),
+                            metric(f"change_to_action_p99_ms_{size}", round(figures["p99_ms"], 1), "ms"),
                         ]
         finally:
             cluster.stop()
@@ -483,7 +466,7 @@ def main() -> None:
     if any(size not in (5000, 20000, 50000) for size in args.sizes):
         parser.error("sizes are 5000, 20000 and 50000")
     results = asyncio.run(run(args))
-    results.append({"metric": "cpu_count", "value": os.cpu_count(), "unit": "cores"})
+    results.append(metric("cpu_count", os.cpu_count() or 0, "cores"))
     args.output.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {args.output}")
 

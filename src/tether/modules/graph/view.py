@@ -38,6 +38,7 @@ from tether.modules.graph.visibility import reachable
 
 __all__ = ["ClientView"]
 
+
 def _public(vertex: VertexId) -> VertexId:
     """A :class:`VertexId` for an action (the graph shares plain tuples, see ``graph.share``)."""
     return tuple.__new__(VertexId, vertex)
