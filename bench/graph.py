@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.fixtures.hub_stub import start_stub, write_private_secret
@@ -260,9 +261,9 @@ class GraphClient:
         self.expected = 0
         self.messages: asyncio.Queue[bytes] = asyncio.Queue()
 
-    def apply(self, data: bytes) -> None:
+    def apply(self, data: str | bytes) -> None:
         grew = False
-        for action in json.loads(data).get("actions", []):
+        for action in msgspec.json.decode(data).get("actions", []):
             if "svx" in action:
                 vx = action["svx"]["vx"]
                 key = (vx["r"], vx.get("ns", ""), vx["n"])
@@ -297,7 +298,7 @@ class GraphClient:
                 raise RuntimeError(f"only {len(self.vertices)} of {expected_vertices} vertices arrived") from None
             if message.type != aiohttp.WSMsgType.TEXT:
                 raise RuntimeError(f"stream ended: {message.type} {message.data} {message.extra}")
-            self.apply(message.data.encode())
+            self.apply(message.data)
 
     async def read_into_queue(self) -> None:
         async for message in self.ws:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from sys import intern
@@ -321,6 +322,7 @@ class GraphEngine:
         self._room = asyncio.Event()
         self._room.set()
         self._pacing = not request.roots.enabled  # with roots nothing is sent before sync: never pause then
+        self._pack_payloads = request.roots.enabled  # with roots projections are kept (``ClientView`` doc)
 
     # ---- lifecycle ----
 
@@ -485,6 +487,11 @@ class GraphEngine:
                         ),
                     )
         encoded_object, encoded_json_path = self._projection(w, vertex, obj)
+        packed = self._pack_payloads and bool(encoded_object or encoded_json_path)
+        if packed:
+            # Kept for the vertex's life (a root may reach it later): about a third of the size, 15 us per Pod.
+            encoded_object = zlib.compress(encoded_object, 1) if encoded_object is not None else None
+            encoded_json_path = zlib.compress(encoded_json_path, 1) if encoded_json_path is not None else None
         self.graph.upsert(
             vertex,
             Node(
@@ -494,6 +501,7 @@ class GraphEngine:
                 root=root,
                 object=encoded_object,
                 json_path=encoded_json_path,
+                packed=packed,
             ),
         )
         if self._pacing and len(self.graph.changes.vertices) >= self.options.max_pending_vertices:

@@ -14,6 +14,7 @@ coalesce into one dirty entry.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -52,12 +53,13 @@ class Node:
         root: a root expression selected the object.
         object: encoded ``o`` or None; the view may drop it once sent (``ClientView(keep_payloads=False)``).
         json_path: encoded ``j`` or None; dropped likewise.
+        packed: ``object`` and ``json_path`` are zlib-compressed (kept for a long time: with roots).
         digest: hash of ``object`` and ``json_path`` as given, which tells a changed
             projection from a repeated one after the bytes are gone.
         selected: ``(destination, arc type)`` currently matched by ``selectors`` (maintained by the graph).
     """
 
-    __slots__ = ("_refs", "digest", "json_path", "labels", "object", "root", "selected", "selectors")
+    __slots__ = ("_refs", "digest", "json_path", "labels", "object", "packed", "root", "selected", "selectors")
 
     def __init__(
         self,
@@ -68,6 +70,7 @@ class Node:
         root: bool = False,
         object: bytes | None = None,
         json_path: bytes | None = None,
+        packed: bool = False,
     ) -> None:
         self.labels: Mapping[str, str] = labels or _EMPTY_LABELS
         #: The graph stores references flat, ``(destination, type, attributes, ...)``: a third of a dict's size.
@@ -76,8 +79,18 @@ class Node:
         self.root = root
         self.object = object
         self.json_path = json_path
+        self.packed = packed
         self.digest = hash((object, json_path))
         self.selected: dict[tuple[VertexId, str], int] = _NOTHING_SELECTED
+
+    def payload(self) -> tuple[bytes | None, bytes | None]:
+        """``(object, json_path)`` as JSON (decompressed when packed)."""
+        if not self.packed:
+            return self.object, self.json_path
+        return (
+            zlib.decompress(self.object) if self.object is not None else None,
+            zlib.decompress(self.json_path) if self.json_path is not None else None,
+        )
 
     @property
     def refs(self) -> dict[tuple[VertexId, str], int]:

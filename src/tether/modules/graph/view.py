@@ -126,9 +126,10 @@ class ClientView:
             processed += 1
             node = graph.nodes.get(vertex)
             if node is not None and self.is_visible(vertex):
-                set_vertices.append(SetVertex(_public(vertex), node.object, node.json_path))
+                encoded_object, encoded_json_path = node.payload()
+                set_vertices.append(SetVertex(_public(vertex), encoded_object, encoded_json_path))
                 self.sent_vertices.add(vertex)
-                budget -= _ACTION_OVERHEAD + len(node.object or node.json_path or b"")
+                budget -= _ACTION_OVERHEAD + len(encoded_object or encoded_json_path or b"")
                 if not self._keep_payloads:
                     node.object = node.json_path = None
                 held = self._held.pop(vertex, None)
