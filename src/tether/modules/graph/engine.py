@@ -98,7 +98,7 @@ class EngineOptions:
     rediscovery_debounce_s: float = 1.0
     page_size: int = 500
     max_pending_warnings: int = 100
-    max_pending_vertices: int = 4000
+    max_pending_vertices: int = 2000
 
 
 @dataclass
