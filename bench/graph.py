@@ -422,7 +422,17 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                         namespaces.append(namespace)
                     await wait_quiet(api, args.quiet_window, args.quiet_revisions)
                     print(f"measuring {total:,} objects (load {load_average():.2f})", flush=True)
-                    figures = await measure(Path(tmp) / f"run-{size}", info.kubeconfig, api, namespaces, total, args)
+                    runs = []
+                    for attempt in range(args.repeat):
+                        runs.append(
+                            await measure(
+                                Path(tmp) / f"run-{size}-{attempt}", info.kubeconfig, api, namespaces, total, args
+                            )
+                        )
+                        print(
+                            f"  run {attempt + 1}: {runs[-1]['seconds']:.2f} s, +{runs[-1]['rss_growth_mib']:.1f} MiB"
+                        )
+                    figures = sorted(runs, key=lambda r: r["seconds"])[len(runs) // 2]  # the median run
                     print(
                         f"{size:,}: {figures['vertices']:,.0f} vertices, {figures['arcs']:,.0f} arcs in "
                         f"{figures['seconds']:.2f} s; agentk RSS +{figures['rss_growth_mib']:.1f} MiB, "
@@ -461,6 +471,7 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=5.0, help="silence that ends the initial state, seconds")
     parser.add_argument("--quiet-window", type=float, default=5.0, help="seconds per quiet-cluster check")
     parser.add_argument("--quiet-revisions", type=int, default=20, help="revisions allowed in a quiet window")
+    parser.add_argument("--repeat", type=int, default=1, help="measurements per size (fresh agentk each; median)")
     parser.add_argument("--output", type=Path, default=RESULTS, help="results file")
     args = parser.parse_args()
     args.sizes = [int(s) for s in args.sizes.split(",")]
