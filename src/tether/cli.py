@@ -16,7 +16,7 @@ from tether.devenv.commands import console, dev
 from tether.devenv.process import EnvironmentProblem
 from tether.hub.command import hub
 from tether.kas.command import kas_command
-from tether.modules.graph.command import graph_command
+from tether.modules.graph.client.command import graph_command
 from tether.up import UpOptions, run_up
 
 

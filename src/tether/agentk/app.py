@@ -24,18 +24,18 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, gen
 
 from tether import __version__
 from tether.agentk.config import AgentkConfig
-from tether.agentk.internal_server import InternalServer
 from tether.kube.client import KubeClient, KubeError, ServerVersion
 from tether.kube.kubeconfig import load_credentials
-from tether.modules.agent_configuration.agent_watcher import ConfigurationWatcher, build_agent_meta
-from tether.modules.graph.agent import GraphServicer
-from tether.modules.kubernetes_api.agent import SERVICE as KUBERNETES_API_SERVICE
-from tether.modules.kubernetes_api.agent import KubernetesApiAgent
+from tether.modagent.internal_server import InternalServer
+from tether.modules.agent_configuration.agent import ConfigurationWatcher, build_agent_meta
+from tether.modules.graph.agent.servicer import GraphServicer
+from tether.modules.kubernetes_api.agent.forward import SERVICE as KUBERNETES_API_SERVICE
+from tether.modules.kubernetes_api.agent.forward import KubernetesApiAgent
 from tether.modules.pods.agent import PodsServicer
-from tether.modules.reverse_tunnel.agent_connection import ConnectedTunnels, TunnelConnection
-from tether.modules.reverse_tunnel.agent_pool import ConnectionPool, PooledConnection, TunnelListener
 from tether.pb.gitlab.agent.agentcfg import agentcfg_pb2
 from tether.pb.gitlab.agent.pods.rpc import rpc_pb2_grpc as pods_grpc
+from tether.tunnel.agent.connection import ConnectedTunnels, TunnelConnection
+from tether.tunnel.agent.pool import ConnectionPool, PooledConnection, TunnelListener
 
 __all__ = ["AgentkApp", "configure_logging"]
 

@@ -23,25 +23,18 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from prometheus_client import CollectorRegistry
 
 from tether import __version__
-from tether.kas.agent_auth import AgentAuthenticator
-from tether.kas.config import KasConfig, ListenCF
-from tether.kas.gitlab_client import GitlabClient
 from tether.kas.instance_registry import KasInstanceRegistry
 from tether.kas.observability import GaugeCollector, ObservabilityServer
-from tether.modules.agent_configuration.kas_server import AgentConfigurationServicer
-from tether.modules.agent_tracker.api import AgentTrackerServicer
-from tether.modules.agent_tracker.tracker import AgentTracker
-from tether.modules.kubernetes_api.auth import ProxyUserAuthorizer
-from tether.modules.kubernetes_api.server import KubernetesApiProxy
-from tether.modules.pods.kas import ROUTED_METHODS as POD_METHODS
-from tether.modules.reverse_tunnel.kas_server import ReverseTunnelServicer
-from tether.modules.reverse_tunnel.registry import TunnelRegistry
-from tether.modules.reverse_tunnel.tracker import TunnelTracker
-from tether.modules.routing.gateway import Gateway
-from tether.modules.routing.grpc_handlers import PrivateApiHandler, RoutedApiHandler
-from tether.modules.routing.kas_pool import KasPool
-from tether.modules.routing.notifier import TunnelNotifier
-from tether.modules.routing.router import Router, RoutingOptions
+from tether.modserver.agent_auth import AgentAuthenticator
+from tether.modserver.agent_tracker import AgentTracker
+from tether.modserver.config import KasConfig, ListenCF
+from tether.modserver.gitlab_client import GitlabClient
+from tether.modules.agent_configuration.server import AgentConfigurationServicer
+from tether.modules.agent_tracker.server import AgentTrackerServicer
+from tether.modules.kubernetes_api.server.auth import ProxyUserAuthorizer
+from tether.modules.kubernetes_api.server.proxy import KubernetesApiProxy
+from tether.modules.pods.server import ROUTED_METHODS as POD_METHODS
+from tether.modules.reverse_tunnel.server import ReverseTunnelServicer
 from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2_grpc as config_grpc
 from tether.pb.gitlab.agent.agent_tracker.rpc import rpc_pb2_grpc as tracker_grpc
 from tether.pb.gitlab.agent.event.event_pb2 import TunnelsAvailable
@@ -53,6 +46,13 @@ from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_GITLAB, ISSUER_KAS, JwtSer
 from tether.tool.memory_backend import MemoryBackend
 from tether.tool.redis_backend import RedisBackend
 from tether.tool.secrets import SecretError, load_base64_secret
+from tether.tunnel.server.gateway import Gateway
+from tether.tunnel.server.grpc_handlers import PrivateApiHandler, RoutedApiHandler
+from tether.tunnel.server.kas_pool import KasPool
+from tether.tunnel.server.notifier import TunnelNotifier
+from tether.tunnel.server.registry import TunnelRegistry
+from tether.tunnel.server.router import Router, RoutingOptions
+from tether.tunnel.server.tracker import TunnelTracker
 
 log = logging.getLogger(__name__)
 
