@@ -19,7 +19,9 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from tether.modserver.agent_auth import AgentAuthenticator, AuthError, bearer_token
 from tether.modserver.agent_tracker import AgentTracker
+from tether.modserver.api import ServerApi
 from tether.modserver.gitlab_client import AgentConfigurationDoc, AgentInfo, GitlabClient, GitlabClientError
+from tether.modshared.module import IdleModule, Module
 from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2, rpc_pb2_grpc
 from tether.pb.gitlab.agent.agent_tracker.agent_tracker_pb2 import ConnectedAgentInfo
 from tether.pb.gitlab.agent.agentcfg import agentcfg_pb2
@@ -141,3 +143,26 @@ class AgentConfigurationServicer(rpc_pb2_grpc.AgentConfigurationServicer):
                 wait_s = backoff.next_delay()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), timeout=min(wait_s, max(ends_at - loop.time(), 0)))
+
+
+class AgentConfigurationServerFactory:
+    """kas half of ``agent_configuration``: ``GetConfiguration`` on the agent listener."""
+
+    name = "agent_configuration"
+
+    def new(self, api: ServerApi) -> Module:
+        """Register ``AgentConfiguration`` on the agent listener."""
+        config = api.config
+        rpc_pb2_grpc.add_AgentConfigurationServicer_to_server(
+            AgentConfigurationServicer(
+                api.auth,
+                api.gitlab,
+                api.agent_tracker,
+                config.agent.configuration.poll_period,
+                api.long_poll_age_s,
+                config.gitlab.external_url or config.gitlab.address,
+                api.stopping,
+            ),
+            api.agent_server,
+        )
+        return IdleModule(self.name)

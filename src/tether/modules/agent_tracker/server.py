@@ -12,6 +12,8 @@ from typing import Any
 import grpc
 
 from tether.modserver.agent_tracker import AgentTracker
+from tether.modserver.api import ServerApi
+from tether.modshared.module import IdleModule, Module
 from tether.pb.gitlab.agent.agent_tracker.rpc import rpc_pb2, rpc_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -41,3 +43,14 @@ class AgentTrackerServicer(rpc_pb2_grpc.AgentTrackerServicer):
             log.exception("connected agents query failed")
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"connected agents unavailable: {exc}")
         return rpc_pb2.GetConnectedAgentsResponse(agents=agents)
+
+
+class AgentTrackerServerFactory:
+    """kas half of ``agent_tracker``: ``GetConnectedAgents`` on the api listener."""
+
+    name = "agent_tracker"
+
+    def new(self, api: ServerApi) -> Module:
+        """Register ``AgentTracker`` on the api listener."""
+        rpc_pb2_grpc.add_AgentTrackerServicer_to_server(AgentTrackerServicer(api.agent_tracker), api.api_server)
+        return IdleModule(self.name)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from tether.modserver.api import ServerApi
+from tether.modshared.module import IdleModule, Module
 from tether.pb.gitlab.agent.pods.rpc import rpc_pb2
 from tether.tunnel.server.grpc_handlers import AgentIdFromRequest
 
@@ -25,3 +27,14 @@ def agent_id_of_get_pods(message: bytes) -> int:
 
 #: Methods of this module that the api listener routes to agents.
 ROUTED_METHODS: dict[str, AgentIdFromRequest] = {GET_PODS: agent_id_of_get_pods}
+
+
+class PodsServerFactory:
+    """kas half of ``pods``: ``GetPods`` on the api listener, routed to the agent named in the request."""
+
+    name = "pods"
+
+    def new(self, api: ServerApi) -> Module:
+        """Declare ``GetPods`` as an agent API routed from the api listener."""
+        api.register_agent_api(ROUTED_METHODS)
+        return IdleModule(self.name)

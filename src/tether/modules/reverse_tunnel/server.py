@@ -13,6 +13,8 @@ from typing import Any
 import grpc
 
 from tether.modserver.agent_auth import AgentAuthenticator, AuthError
+from tether.modserver.api import ServerApi
+from tether.modshared.module import IdleModule, Module
 from tether.pb.gitlab.agent.reverse_tunnel.rpc import rpc_pb2, rpc_pb2_grpc
 from tether.tool.automaton import StreamAutomaton, StreamOrderError
 from tether.tunnel.server.registry import TunnelRegistry
@@ -57,3 +59,16 @@ class ReverseTunnelServicer(rpc_pb2_grpc.ReverseTunnelServicer):
         status = await self._registry.handle_tunnel(tunnel, age_s)
         if status is not None and status[0] is not grpc.StatusCode.OK:
             await context.abort(status[0], status[1])
+
+
+class ReverseTunnelServerFactory:
+    """kas half of ``reverse_tunnel``: ``Connect`` on the agent listener, feeding ``api.tunnels``."""
+
+    name = "reverse_tunnel"
+
+    def new(self, api: ServerApi) -> Module:
+        """Register ``ReverseTunnel`` on the agent listener."""
+        rpc_pb2_grpc.add_ReverseTunnelServicer_to_server(
+            ReverseTunnelServicer(api.tunnels, api.auth, api.long_poll_age_s), api.agent_server
+        )
+        return IdleModule(self.name)
