@@ -13,7 +13,6 @@ import hashlib
 import json
 import logging
 import time
-from dataclasses import dataclass
 from typing import Protocol
 
 import aiohttp
@@ -21,6 +20,7 @@ import grpc
 
 from tether.modserver.gitlab_client import AgentInfo, GitlabClient, GitlabClientError
 from tether.tool.grpc_meta import MetadataIn
+from tether.tool.status import StatusError
 
 log = logging.getLogger(__name__)
 _CACHEABLE = {
@@ -41,12 +41,8 @@ class ValueStore(Protocol):
         """Store ``value`` for ``ttl_s`` seconds."""
 
 
-@dataclass(frozen=True)
-class AuthError(Exception):
+class AuthError(StatusError):
     """Authentication failed; ``code`` and ``message`` are the gRPC status to answer with."""
-
-    code: grpc.StatusCode
-    message: str
 
 
 def bearer_token(metadata: MetadataIn | None) -> str:

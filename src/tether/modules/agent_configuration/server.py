@@ -96,7 +96,7 @@ class AgentConfigurationServicer(rpc_pb2_grpc.AgentConfigurationServicer):
         try:
             agent = await self._auth.authenticate(context.invocation_metadata())
         except AuthError as exc:
-            await context.abort(exc.code, exc.message)
+            await exc.abort(context)
         token = bearer_token(context.invocation_metadata())
         connected_at = Timestamp()
         connected_at.GetCurrentTime()

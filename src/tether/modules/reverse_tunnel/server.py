@@ -43,7 +43,7 @@ class ReverseTunnelServicer(rpc_pb2_grpc.ReverseTunnelServicer):
         try:
             agent = await self._auth.authenticate(context.invocation_metadata())
         except AuthError as exc:
-            await context.abort(exc.code, exc.message)
+            await exc.abort(context)
         first: Any = await context.read()
         if first is grpc.aio.EOF:
             return

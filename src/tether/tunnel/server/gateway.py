@@ -15,6 +15,7 @@ from google.rpc import status_pb2
 
 from tether.pb.gitlab.agent.kas import kasapp_pb2
 from tether.tool.grpc_meta import MetadataIn
+from tether.tool.status import StatusError
 from tether.tunnel.server.metadata import RoutingMetadataError, forwardable, routing_agent_id, split_method
 from tether.tunnel.server.registry import RegistryStopped, TunnelRegistry
 from tether.tunnel.server.tunnel import Tunnel, TunnelBroken, ValuesMap
@@ -33,13 +34,8 @@ class RoutingPeer(Protocol):
         """Send one response to the routing kas."""
 
 
-class GatewayError(Exception):
+class GatewayError(StatusError):
     """The request cannot be served; ``code`` and ``message`` become the RPC status."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 class _Sink:

@@ -14,17 +14,13 @@ import grpc
 
 from tether.pb.gitlab.agent.kas import kasapp_pb2
 from tether.tool.grpc_meta import Metadata
+from tether.tool.status import StatusError
 from tether.tunnel.server.gateway import Gateway, GatewayError
 from tether.tunnel.server.kas_pool import KasPool
 
 
-class GatewayUnavailable(Exception):
+class GatewayUnavailable(StatusError):
     """The gateway stream failed; ``code`` tells whether retrying makes sense."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 class GatewayCall(Protocol):

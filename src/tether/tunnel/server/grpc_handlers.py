@@ -53,7 +53,7 @@ class PrivateApiHandler(grpc.GenericRpcHandler):
             try:
                 await self._gateway.serve(full_method, context.invocation_metadata(), _ContextPeer(context))
             except GatewayError as exc:
-                await context.abort(exc.code, exc.message)
+                await exc.abort(context)
 
         return grpc.stream_stream_rpc_method_handler(handle)
 
@@ -155,7 +155,7 @@ class RoutedApiHandler(grpc.GenericRpcHandler):
                     agent_id, full_method, context.invocation_metadata(), caller, context.time_remaining()
                 )
             except RoutingError as exc:
-                await context.abort(exc.code, exc.message)
+                await exc.abort(context)
             await caller.finish(status)
 
         return grpc.stream_stream_rpc_method_handler(handle)

@@ -26,6 +26,7 @@ from tether.pb.gitlab.agent.kas import kasapp_pb2
 from tether.tool.automaton import StreamAutomaton, StreamOrderError
 from tether.tool.backoff import Backoff
 from tether.tool.grpc_meta import Metadata, MetadataIn
+from tether.tool.status import StatusError
 from tether.tunnel.server.gateway import Gateway
 from tether.tunnel.server.gateway_call import GatewayCall, GatewayUnavailable, LocalGatewayCall, RemoteGatewayCall
 from tether.tunnel.server.kas_pool import KasPool, KasUrlError
@@ -45,13 +46,8 @@ ROUTING_DURATION = Histogram(
 ROUTING_TIMEOUTS = Counter("k8s_api_proxy_routing_timeout_total", "Routed requests that found no tunnel in time")
 
 
-class RoutingError(Exception):
+class RoutingError(StatusError):
     """Routing failed; ``code``/``message`` are the status for the original caller."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 class CallerSide(Protocol):

@@ -44,6 +44,7 @@ from tether.modules.graph.engine.request import MAX_REQUEST_BYTES, RequestError,
 from tether.modules.graph.rpc.wire import error_to_json, request_to_proto, response_to_json
 from tether.pb.gitlab.agent.graph.rpc import rpc_pb2
 from tether.pb.gitlab.agent.reverse_tunnel.info import info_pb2
+from tether.tool.status import StatusError, websocket_close_code
 from tether.tunnel.server.router import RoutingError
 from tether.tunnel.server.tunnel import ValuesMap
 
@@ -56,7 +57,6 @@ __all__ = [
     "WatchGraphUnsupportedError",
     "agent_supports_watch_graph",
     "channel_opener",
-    "close_code_for_status",
     "router_opener",
     "serve_graph_websocket",
 ]
@@ -97,12 +97,8 @@ class WatchGraphUnsupportedError(Exception):
     """The agent does not serve ``WatchGraph`` (an older agent)."""
 
 
-class GraphStreamError(Exception):
+class GraphStreamError(StatusError):
     """A failure of the routed stream with its gRPC status code (for openers that do not use grpc.aio)."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def agent_supports_watch_graph(descriptor: info_pb2.AgentDescriptor) -> bool:
@@ -224,19 +220,6 @@ def router_opener(router: WatchGraphRouter, agent_id: int, metadata: Sequence[tu
     return open_stream
 
 
-def close_code_for_status(code: grpc.StatusCode) -> int:
-    """The WebSocket close code for a gRPC status of the agent's stream."""
-    if code == grpc.StatusCode.INVALID_ARGUMENT:
-        return 1007
-    if code in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED):
-        return 1008
-    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED):
-        return 1013
-    if code == grpc.StatusCode.CANCELLED:
-        return 1001
-    return 1011
-
-
 async def serve_graph_websocket(
     request: web.BaseRequest,
     open_watch_graph: OpenWatchGraph,
@@ -310,9 +293,9 @@ async def _session(ws: web.WebSocketResponse, open_watch_graph: OpenWatchGraph, 
         if error.code() == grpc.StatusCode.UNIMPLEMENTED:
             await _close(ws, 1011, UNSUPPORTED_REASON)
         else:
-            await _close(ws, close_code_for_status(error.code()), f"agent: {error.details() or error.code().name}")
+            await _close(ws, websocket_close_code(error.code()), f"agent: {error.details() or error.code().name}")
     elif isinstance(error, GraphStreamError):
-        await _close(ws, close_code_for_status(error.code), f"agent: {error}")
+        await _close(ws, error.websocket_close_code, f"agent: {error}")
     else:
         _log.error("graph_ws_relay_failed", error=repr(error))
         await _close(ws, 1011, f"internal error: {error}")

@@ -39,6 +39,7 @@ from tether.pb.gitlab.agent.grpctool import grpctool_pb2
 from tether.pb.gitlab.agent.kubernetes_api.rpc import rpc_pb2
 from tether.pb.gitlab.agent.prototool import prototool_pb2
 from tether.tool.automaton import StreamAutomaton, StreamOrderError
+from tether.tool.status import StatusError
 
 __all__ = ["SERVICE", "AgentRequestError", "KubernetesApiAgent"]
 
@@ -60,13 +61,8 @@ _Response = grpctool_pb2.HttpResponse
 Send = Callable[[_Response], Awaitable[None]]
 
 
-class AgentRequestError(Exception):
+class AgentRequestError(StatusError):
     """The call fails with gRPC status ``code`` and ``message``."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 class _Token:
@@ -221,7 +217,7 @@ class KubernetesApiAgent:
         try:
             await self.serve(requests, context.write)
         except AgentRequestError as exc:
-            await context.abort(exc.code, exc.message)
+            await exc.abort(context)
 
     async def serve(self, requests: AsyncIterator[_Request], send: Send) -> None:
         """Make the HTTP request carried by ``requests`` and ``send`` the response frames.

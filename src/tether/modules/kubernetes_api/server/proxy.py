@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import ssl
 
-import grpc
 from aiohttp import web
 from google.rpc import status_pb2
 
@@ -30,6 +29,8 @@ from tether.modules.kubernetes_api.server.cors import cors_headers, is_preflight
 from tether.modules.kubernetes_api.server.http_grpc import MAKE_REQUEST, ProxyCall, ResponseStreamError, request_header
 from tether.modules.kubernetes_api.server.status import ProxyError, status_response
 from tether.tool.durations import parse_duration
+from tether.tool.grpc_meta import code_from_int
+from tether.tool.status import http_code
 from tether.tunnel.server.router import Router, RoutingError
 
 __all__ = ["KubernetesApiProxy"]
@@ -38,13 +39,6 @@ log = logging.getLogger(__name__)
 
 #: Idle keep-alive connections are closed after this many seconds (upstream idle timeout, kas.md §5.1).
 IDLE_TIMEOUT_S = 60.0
-#: gRPC status of a failed agent call -> HTTP status of the answer.
-_HTTP_FOR_GRPC = {
-    grpc.StatusCode.INVALID_ARGUMENT.value[0]: 400,
-    grpc.StatusCode.UNAUTHENTICATED.value[0]: 401,
-    grpc.StatusCode.PERMISSION_DENIED.value[0]: 403,
-    grpc.StatusCode.DEADLINE_EXCEEDED.value[0]: 504,
-}
 
 
 GRAPH_PATH = "/graph"
@@ -160,7 +154,7 @@ class KubernetesApiProxy:
         try:
             status = await self._router.route(agent_id, MAKE_REQUEST, (), call, request_timeout_s(request))
         except RoutingError as exc:
-            code = 504 if exc.code == grpc.StatusCode.DEADLINE_EXCEEDED else 502
+            code = exc.http_code
             return self._fail(call, ProxyError(code, exc.message if code == 504 else f"Proxy error: {exc.message}"))
         except ResponseStreamError as exc:
             return self._fail(call, ProxyError(502, f"Proxy error: {exc}"))
@@ -188,7 +182,7 @@ class KubernetesApiProxy:
 
 
 def _agent_failure(status: status_pb2.Status) -> ProxyError:
-    code = _HTTP_FOR_GRPC.get(status.code, 502)
+    code = http_code(code_from_int(status.code))
     if code == 403:
         return ProxyError(403, f"Forbidden: {status.message}")
     return ProxyError(code, f"Proxy error: the agent could not make the request: {status.message}")
