@@ -14,10 +14,10 @@ from tether.devenv.assets import AssetsMissing
 from tether.devenv.build import BuildError
 from tether.devenv.commands import console, dev
 from tether.devenv.process import EnvironmentProblem
+from tether.devenv.up import UpOptions, run_up
 from tether.hub.command import hub
 from tether.kas.command import kas_command
 from tether.modules.graph.client.command import graph_command
-from tether.up import UpOptions, run_up
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

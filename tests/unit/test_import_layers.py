@@ -1,9 +1,9 @@
 """The import graph of src/tether, read from the source with ``ast``: layers, no cycles, no dev environment.
 
-Layers, highest first: processes (``kas``, ``agentk``, ``hub``; the ``cli`` entry point and the dev
-environment above them) -> ``modules`` -> the shared layer (``modserver``, ``modagent``, ``modshared``,
-``tunnel``, ``kube``) -> ``tool`` and the generated ``pb``. A package imports only from its own layer or
-below; within a layer, the graph between packages has no cycle.
+Layers, highest first: the ``cli`` entry point; the dev environment (with ``tether up``); processes
+(``kas``, ``agentk``, ``hub``) -> ``modules`` -> the shared layer (``modserver``, ``modagent``,
+``modshared``, ``tunnel``, ``kube``) -> ``tool`` and the generated ``pb``. A package imports only from its
+own layer or below; the graph between packages has no cycle.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 
 LAYERS: dict[str, int] = {
     "tether.cli": 5,
-    "tether.up": 4,
     "tether.devenv": 4,
     "tether.kas": 3,
     "tether.agentk": 3,
@@ -47,7 +46,7 @@ RUNTIME = (
     "tether.kube",
     "tether.tool",
 )
-DEV = ("tether.devenv", "tether.up")
+DEV = ("tether.devenv",)
 
 
 def _module_name(path: Path) -> str:
@@ -146,7 +145,7 @@ def test_every_package_imports_only_its_own_layer_or_below() -> None:
 
 
 def test_modules_never_import_a_process() -> None:
-    processes = ("tether.kas", "tether.agentk", "tether.hub", "tether.cli", "tether.up", "tether.devenv")
+    processes = ("tether.kas", "tether.agentk", "tether.hub", "tether.cli", "tether.devenv")
     wrong = [
         f"{module} imports {target}"
         for module, targets in _graph(top_level_only=False).items()
