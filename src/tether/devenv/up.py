@@ -22,10 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import click
 import yaml
 
 from tether.devenv import pki
 from tether.devenv.cluster import LocalCluster, write_kubeconfig
+from tether.devenv.commands import console, ensure_binaries
 from tether.devenv.process import EnvironmentProblem, ManagedProcess, ensure_port_free
 from tether.tool.secrets import write_base64_secret
 
@@ -202,8 +204,6 @@ async def bring_up(options: UpOptions, progress: Progress, running: Running) -> 
 
     kubeconfig = options.kubeconfig
     if kubeconfig is None:
-        from tether.devenv.commands import ensure_binaries  # noqa: PLC0415  # only when a cluster is needed
-
         ensure_binaries()
         progress("starting the local Kubernetes cluster")
         running.cluster = LocalCluster(state / "cluster", progress=progress)
@@ -319,3 +319,38 @@ async def _watch(running: Running, stop: asyncio.Event) -> None:
             process.check_alive()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), 1.0)
+
+
+@click.command("up")
+@click.option("--replicas", default=1, show_default=True, help="Number of kas replicas (2+ needs --redis).")
+@click.option(
+    "--redis", "redis_url", default=None, help="Redis URL shared by the kas replicas, e.g. redis://127.0.0.1:6379/0."
+)
+@click.option(
+    "--state-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Where the hub database, secrets, configs and logs live (default: ~/.local/share/tether/up).",
+)
+def up(replicas: int, redis_url: str | None, state_dir: Path | None) -> None:
+    """Run the whole system on embedded defaults; Ctrl-C stops everything.
+
+    Starts the local Kubernetes cluster (unless KUBECONFIG names one; the binaries are built once per
+    machine), the hub on SQLite, kas and agentk, registers a demo project and agent, then prints a
+    kubeconfig whose server is kas' Kubernetes API proxy.
+    """
+    kubeconfig = os.environ.get("KUBECONFIG")
+    options = UpOptions(
+        state_dir=state_dir or Path("~/.local/share/tether/up").expanduser(),
+        replicas=replicas,
+        redis_url=redis_url,
+        kubeconfig=Path(kubeconfig) if kubeconfig else None,
+    )
+
+    def show(lines: dict[str, str]) -> None:
+        click.echo()
+        for label, value in lines.items():
+            click.echo(f"{label + ':':28s} {value}")
+        click.echo("\nPress Ctrl-C to stop.")
+
+    run_up(options, lambda line: console.print(f"[dim]{line}[/dim]"), show)
