@@ -6,43 +6,25 @@ or agentk image carries neither `cryptography` nor `rich` nor the hub's web and 
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.runtime_venv import RuntimeVenvError, build_runtime_venv, uv_command
 
 
-def _uv() -> list[str]:
-    if shutil.which("uv"):
-        return ["uv"]
-    for python in ("python3", sys.executable):
-        found = shutil.which(python) or python
-        if subprocess.run([found, "-m", "uv", "--version"], capture_output=True, check=False).returncode == 0:
-            return [found, "-m", "uv"]
-    pytest.skip("uv is not installed (scripts/bootstrap.sh installs it)")
-
-
-def _run(args: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(args, capture_output=True, text=True, check=False, timeout=600, **kwargs)  # type: ignore[call-overload]
+def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, capture_output=True, text=True, check=False, timeout=600)
 
 
 @pytest.fixture(scope="module")
 def runtime_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    work = tmp_path_factory.mktemp("runtime")
-    uv = _uv()
-    built = _run([*uv, "build", "--wheel", "--out-dir", str(work / "dist"), str(REPO)])
-    assert built.returncode == 0, built.stderr[-2000:]
-    wheel = next((work / "dist").glob("tether-*.whl"))
-    venv = work / "venv"
-    created = _run([*uv, "venv", "--python", "python3.11", str(venv)])
-    assert created.returncode == 0, created.stderr[-2000:]
-    installed = _run([*uv, "pip", "install", "--python", str(venv / "bin" / "python"), str(wheel)])
-    assert installed.returncode == 0, installed.stderr[-2000:]
-    return venv
+    try:
+        uv_command()
+    except RuntimeVenvError as exc:
+        pytest.skip(str(exc))
+    return build_runtime_venv(tmp_path_factory.mktemp("runtime"))
 
 
 def test_runtime_install_leaves_out_the_dev_and_hub_dependencies(runtime_venv: Path) -> None:

@@ -50,12 +50,15 @@ class UpOptions:
         replicas: number of kas processes (2+ requires ``redis_url``).
         redis_url: ``redis://host:port/db`` shared by the kas replicas; None keeps state in memory.
         kubeconfig: cluster for agentk; None starts the local dev cluster.
+        runtime_tether: the ``tether`` executable that runs kas and agentk (the footprint benchmark gives
+            one installed without extras, as an image would carry).
     """
 
     state_dir: Path
     replicas: int = 1
     redis_url: str | None = None
     kubeconfig: Path | None = None
+    runtime_tether: str = TETHER
 
 
 @dataclass
@@ -240,7 +243,7 @@ async def bring_up(options: UpOptions, progress: Progress, running: Running) -> 
         config_file = state / f"{name}.yaml"
         config_file.write_text(yaml.safe_dump(kas_config(options, index, secrets_dir, hub_url, proxy_tls)))
         progress(f"starting {name}")
-        kas = _start(name, [TETHER, "kas", "--configuration-file", str(config_file)], logs)
+        kas = _start(name, [options.runtime_tether, "kas", "--configuration-file", str(config_file)], logs)
         running.processes.append(kas)
         await _http_ready(f"http://127.0.0.1:{KAS_PORTS['observability'] + 20 * index}/readiness", kas)
 
@@ -253,7 +256,7 @@ async def bring_up(options: UpOptions, progress: Progress, running: Running) -> 
     agentk = _start(
         "agentk",
         [
-            TETHER,
+            options.runtime_tether,
             "agentk",
             "--kas-address",
             f"grpc://127.0.0.1:{agent_port}",

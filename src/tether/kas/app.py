@@ -40,7 +40,6 @@ from tether.tool.events import EventBus
 from tether.tool.expiring_hash import HashBackend
 from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_GITLAB, ISSUER_KAS, JwtServerInterceptor, JwtVerifier
 from tether.tool.memory_backend import MemoryBackend
-from tether.tool.redis_backend import RedisBackend
 from tether.tool.secrets import SecretError, load_base64_secret
 from tether.tunnel.server.gateway import Gateway
 from tether.tunnel.server.grpc_handlers import PrivateApiHandler, RoutedApiHandler
@@ -89,6 +88,8 @@ def _redis_backend(config: KasConfig) -> HashBackend:
         auth = f"{cfg.username or ''}:{password}@"
     elif cfg.username:
         auth = f"{cfg.username}@"
+    from tether.tool.redis_backend import RedisBackend  # noqa: PLC0415 (redis-py only when configured)
+
     if cfg.network == "unix":
         url = f"unix://{auth}{cfg.server.address}?db={cfg.database_index}"
     else:

@@ -25,17 +25,13 @@ from tether.kube.client import KubeClient
 from tether.modagent.internal_server import InternalServer
 from tether.modules.graph.engine.engine import EngineOptions, GraphEngine, GraphEngineError
 from tether.modules.graph.engine.request import RequestError, compile_request
+from tether.modules.graph.rpc.methods import WATCH_GRAPH_FULL_METHOD, WATCH_GRAPH_METHOD, WATCH_GRAPH_SERVICE
 from tether.modules.graph.rpc.wire import request_from_proto, response_to_proto
 from tether.pb.gitlab.agent.graph.rpc import rpc_pb2
 
 __all__ = ["WATCH_GRAPH_FULL_METHOD", "WATCH_GRAPH_METHOD", "WATCH_GRAPH_SERVICE", "GraphServicer"]
 
 _log = structlog.get_logger(__name__)
-
-#: Service and method of the RPC, as in the seed's ``kas to agentk API``.
-WATCH_GRAPH_SERVICE = "gitlab.agent.kubernetes_api.rpc.KubernetesApi"
-WATCH_GRAPH_METHOD = "WatchGraph"
-WATCH_GRAPH_FULL_METHOD = f"/{WATCH_GRAPH_SERVICE}/{WATCH_GRAPH_METHOD}"
 
 
 class GraphServicer:

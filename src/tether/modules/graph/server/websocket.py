@@ -39,9 +39,7 @@ from aiohttp import WSMsgType, web
 from google.rpc import status_pb2
 from grpc import aio
 
-from tether.modules.graph.agent.servicer import WATCH_GRAPH_FULL_METHOD, WATCH_GRAPH_METHOD, WATCH_GRAPH_SERVICE
-from tether.modules.graph.engine.request import MAX_REQUEST_BYTES, RequestError, parse_request
-from tether.modules.graph.rpc.wire import error_to_json, request_to_proto, response_to_json
+from tether.modules.graph.rpc.methods import WATCH_GRAPH_FULL_METHOD, WATCH_GRAPH_METHOD, WATCH_GRAPH_SERVICE
 from tether.pb.gitlab.agent.graph.rpc import rpc_pb2
 from tether.pb.gitlab.agent.reverse_tunnel.info import info_pb2
 from tether.tool.status import StatusError, websocket_close_code
@@ -238,6 +236,9 @@ async def serve_graph_websocket(
     Returns:
         The WebSocket response (closed), or an HTTP 400 response when the request is not a Graph API upgrade.
     """
+    # The request parser (with CEL) and the wire format load with the first graph, not with kas.
+    from tether.modules.graph.engine.request import MAX_REQUEST_BYTES  # noqa: PLC0415
+
     ws = web.WebSocketResponse(protocols=[GRAPH_SUBPROTOCOL], heartbeat=heartbeat_s, max_msg_size=MAX_REQUEST_BYTES)
     if not ws.can_prepare(request).ok:
         return web.Response(status=400, text=f"expected a WebSocket upgrade with the {GRAPH_SUBPROTOCOL} subprotocol\n")
@@ -252,6 +253,9 @@ async def serve_graph_websocket(
 
 
 async def _session(ws: web.WebSocketResponse, open_watch_graph: OpenWatchGraph, first_message_timeout_s: float) -> None:
+    from tether.modules.graph.engine.request import RequestError, parse_request  # noqa: PLC0415
+    from tether.modules.graph.rpc.wire import request_to_proto  # noqa: PLC0415
+
     if ws.ws_protocol != GRAPH_SUBPROTOCOL:
         await _close(ws, 1002, f"the WebSocket subprotocol must be {GRAPH_SUBPROTOCOL}")
         return
@@ -314,6 +318,8 @@ async def _watch_client(ws: web.WebSocketResponse) -> bool:
 async def _relay(
     ws: web.WebSocketResponse, open_watch_graph: OpenWatchGraph, request: rpc_pb2.WatchGraphRequest
 ) -> None:
+    from tether.modules.graph.rpc.wire import response_to_json  # noqa: PLC0415
+
     stream = open_watch_graph(request)
     try:
         async for response in stream:
@@ -329,6 +335,8 @@ async def _relay(
 
 async def _close(ws: web.WebSocketResponse, code: int, reason: str) -> None:
     """Close with ``code``; a reason longer than the close frame allows is also sent as an ``error`` message."""
+    from tether.modules.graph.rpc.wire import error_to_json  # noqa: PLC0415
+
     if ws.closed:
         return
     encoded = reason.encode()
