@@ -33,9 +33,9 @@ from bench.graph import QUERY, Api, populate
 from tether.devenv.cluster import LocalCluster
 from tether.kube.client import KubeClient
 from tether.kube.kubeconfig import load_credentials
-from tether.modules.graph.engine import EngineOptions, GraphEngine
-from tether.modules.graph.request import parse_request
-from tether.modules.graph.wire import response_to_json, response_to_proto
+from tether.modules.graph.engine.engine import EngineOptions, GraphEngine
+from tether.modules.graph.engine.request import parse_request
+from tether.modules.graph.rpc.wire import response_to_json, response_to_proto
 
 
 async def _cluster(directory: Path, objects: int) -> None:

@@ -18,10 +18,10 @@ import pytest
 from tests.fixtures.k8s import Kubectl
 from tests.graph.harness import EngineSession, GraphModel, exclude, include
 from tether.kube.client import KubeClient
-from tether.modules.graph.engine import EngineOptions, GraphEngine
-from tether.modules.graph.model import VertexId
-from tether.modules.graph.request import parse_request
-from tether.modules.graph.wire import response_to_json, response_to_proto
+from tether.modules.graph.engine.engine import EngineOptions, GraphEngine
+from tether.modules.graph.engine.model import VertexId
+from tether.modules.graph.engine.request import parse_request
+from tether.modules.graph.rpc.wire import response_to_json, response_to_proto
 
 pytestmark = pytest.mark.k8s
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tether.modules.graph.model import (
+from tether.modules.graph.engine.model import (
     ATTR_BLOCK_OWNER_DELETION,
     ATTR_CONTROLLER,
     ATTR_DESTINATION_MISSING,
@@ -20,7 +20,7 @@ from tether.modules.graph.model import (
     SetVertex,
     VertexId,
 )
-from tether.modules.graph.wire import (
+from tether.modules.graph.rpc.wire import (
     batch_to_json,
     encode_response,
     error_to_json,
