@@ -416,6 +416,21 @@ WARMUP_NAMESPACE = "bench-warmup"
 
 #: Namespaces the sizes are built from, and how many objects each adds.
 LAYERS = [("bench-5k", 5000), ("bench-15k", 15000), ("bench-30k", 30000)]
+LAYER_TOTALS = [5000, 20000, 50000]
+
+
+async def wait_until(clock: str | None) -> None:
+    """Sleep until ``clock`` (``HH:MM`` UTC, today or tomorrow) when given."""
+    if not clock:
+        return
+    now = time.gmtime()
+    hours, minutes = (int(part) for part in clock.split(":"))
+    delay = ((hours * 60 + minutes) - (now.tm_hour * 60 + now.tm_min)) * 60 - now.tm_sec
+    if delay < -12 * 3600:
+        delay += 24 * 3600
+    if delay > 0:
+        print(f"waiting until {clock} UTC to measure ({delay / 60:.0f} min)", flush=True)
+        await asyncio.sleep(delay)
 
 
 async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -426,14 +441,17 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         try:
             async with Api(info.server, info.token, info.ca_file) as api:
                 await api.request("POST", "/api/v1/namespaces", {"metadata": {"name": WARMUP_NAMESPACE}})
-                namespaces: list[str] = []
-                total = 0
+                # Every namespace first (a size watches only its own namespaces), then the measurements.
+                layers: list[tuple[str, int]] = []  # (namespace, objects)
+                while sum(count for _, count in layers) < max(args.sizes):
+                    namespace, count = LAYERS[len(layers)]
+                    print(f"populating {count:,} objects in {namespace}", flush=True)
+                    layers.append((namespace, await populate(api, namespace, count)))
+                await wait_until(args.not_before)
                 for size in sorted(args.sizes):
-                    while total < size:
-                        namespace, count = LAYERS[len(namespaces)]
-                        print(f"populating {count:,} objects in {namespace}", flush=True)
-                        total += await populate(api, namespace, count)
-                        namespaces.append(namespace)
+                    included = layers[: next(i + 1 for i in range(len(layers)) if LAYER_TOTALS[i] >= size)]
+                    namespaces = [namespace for namespace, _ in included]
+                    total = sum(count for _, count in included)
                     await wait_quiet(api, args.quiet_window, args.quiet_revisions)
                     print(f"measuring {total:,} objects (load {load_average():.2f})", flush=True)
                     runs = []
@@ -487,6 +505,7 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=5.0, help="silence that ends the initial state, seconds")
     parser.add_argument("--quiet-window", type=float, default=5.0, help="seconds per quiet-cluster check")
     parser.add_argument("--quiet-revisions", type=int, default=20, help="revisions allowed in a quiet window")
+    parser.add_argument("--not-before", help="populate at once but measure from HH:MM UTC (a shared machine)")
     parser.add_argument("--repeat", type=int, default=1, help="measurements per size (fresh agentk each; median)")
     parser.add_argument("--output", type=Path, default=RESULTS, help="results file")
     args = parser.parse_args()
