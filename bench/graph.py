@@ -99,11 +99,23 @@ class Api:
     async def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
         assert self.session is not None
         headers = dict(self.headers, **{"Content-Type": content_type})
-        async with self.session.request(method, self.server + path, json=body, headers=headers) as response:
-            data = await response.json(content_type=None)
-            if response.status >= 300 and response.status != 409:
-                raise RuntimeError(f"{method} {path}: {response.status} {data}")
-            return data
+        for attempt in range(8):
+            try:
+                async with self.session.request(method, self.server + path, json=body, headers=headers) as response:
+                    data = await response.json(content_type=None)
+                    if response.status in (429, 500, 503, 504) and attempt < 7:
+                        # A busy (shared) machine: the API server times out now and then. A create that did
+                        # happen answers 409 when retried, which counts as done.
+                        await asyncio.sleep(0.5 * 2**attempt)
+                        continue
+                    if response.status >= 300 and response.status != 409:
+                        raise RuntimeError(f"{method} {path}: {response.status} {data}")
+                    return data
+            except (aiohttp.ClientConnectionError, TimeoutError):
+                if attempt == 7:
+                    raise
+                await asyncio.sleep(0.5 * 2**attempt)
+        raise AssertionError("unreachable")
 
     async def create_all(self, items: list[tuple[str, dict[str, Any]]], concurrency: int = 48) -> None:
         queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
