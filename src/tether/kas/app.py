@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -53,6 +54,7 @@ from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_GITLAB, ISSUER_KAS, JwtSer
 from tether.tool.memory_backend import MemoryBackend
 from tether.tool.redis_backend import RedisBackend
 from tether.tool.secrets import SecretError, load_base64_secret
+from tether.tool.supervisor import supervise
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +99,13 @@ def _redis_backend(config: KasConfig) -> HashBackend:
         url = f"unix://{auth}{cfg.server.address}?db={cfg.database_index}"
     else:
         url = f"redis://{auth}{cfg.server.address}/{cfg.database_index}"
-    return RedisBackend.from_url(url, dial_timeout_s=cfg.dial_timeout, write_timeout_s=cfg.write_timeout)
+    return RedisBackend.from_url(
+        url,
+        dial_timeout_s=cfg.dial_timeout,
+        write_timeout_s=cfg.write_timeout,
+        pool_size=cfg.pool_size,
+        pool_timeout_s=cfg.pool_timeout,
+    )
 
 
 def _server_options(max_message_size: int, max_connection_age_s: float) -> list[tuple[str, Any]]:
@@ -158,7 +166,13 @@ class KasApp:
         self.backend = _redis_backend(config)
         self.events = EventBus(self.backend, prefix)
         self.tunnel_tracker = TunnelTracker(
-            self.backend, self.events, self.own_url, prefix, agent.redis_conn_info_ttl, agent.redis_conn_info_refresh
+            self.backend,
+            self.events,
+            self.own_url,
+            prefix,
+            agent.redis_conn_info_ttl,
+            agent.redis_conn_info_refresh,
+            agent.redis_conn_info_gc,
         )
         self.agent_tracker = AgentTracker(
             self.backend,
@@ -169,7 +183,7 @@ class KasApp:
             agent.redis_conn_info_gc,
         )
         self.instances = KasInstanceRegistry(
-            self.backend, prefix, agent.redis_conn_info_ttl, agent.redis_conn_info_refresh
+            self.backend, prefix, agent.redis_conn_info_ttl, agent.redis_conn_info_refresh, agent.redis_conn_info_gc
         )
         started_at = Timestamp()
         started_at.GetCurrentTime()
@@ -305,14 +319,16 @@ class KasApp:
         for server in (self.agent_server, self.api_server, self.private_server):
             await server.start()
         loop = asyncio.get_running_loop()
-        self._tasks = [
-            loop.create_task(self.events.run()),
-            loop.create_task(self.tunnel_tracker.run()),
-            loop.create_task(self.agent_tracker.run()),
-            loop.create_task(self.instances.run()),
-            loop.create_task(self._count_agents()),
-            loop.create_task(self._rebuild_after_reconnect()),
-        ]
+        loops: dict[str, Callable[[], Awaitable[object]]] = {
+            "events": self.events.run,
+            "tunnel_tracker": self.tunnel_tracker.run,
+            "agent_tracker": self.agent_tracker.run,
+            "kas_instances": self.instances.run,
+            "count_agents": self._count_agents,
+            "rebuild_after_reconnect": self._rebuild_after_reconnect,
+            "close_unused_kas_channels": self._close_unused_channels,
+        }
+        self._tasks = [loop.create_task(supervise(name, run), name=name) for name, run in loops.items()]
         with contextlib.suppress(Exception):
             await self.instances.register(self.instance_info)
         self._listening = True
@@ -332,6 +348,13 @@ class KasApp:
                 return_exceptions=True,
             )
             log.info("state re-written after reconnecting to Redis: %s", results)
+
+    async def _close_unused_channels(self) -> None:
+        # Channels to kas instances that left would otherwise stay open, reconnecting, forever.
+        while True:
+            await asyncio.sleep(30.0)
+            for url in await self.pool.close_unused():
+                log.info("closed the channel to kas %s: unused and not connected", url, extra={"kas_url": url})
 
     async def _count_agents(self) -> None:
         while True:
