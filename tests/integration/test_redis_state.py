@@ -22,6 +22,7 @@ from tether.modules.reverse_tunnel.tracker import TunnelTracker
 from tether.modules.routing.kas_pool import KasPool
 from tether.pb.gitlab.agent.agent_tracker.agent_tracker_pb2 import ConnectedAgentInfo
 from tether.pb.gitlab.agent.kas.instance_pb2 import KasInstanceInfo
+from tether.tool.backoff import Backoff
 from tether.tool.events import EventBus
 from tether.tool.expiring_hash import REFRESH_BATCH_KEYS, ExpiringHash
 from tether.tool.redis_backend import RedisBackend
@@ -157,20 +158,18 @@ async def test_channels_to_departed_kas_are_closed() -> None:
 
 async def test_crashed_background_loop_is_logged_and_restarted(caplog: pytest.LogCaptureFixture) -> None:
     runs: list[int] = []
+    third = asyncio.Event()
 
     async def flaky() -> None:
         runs.append(1)
         if len(runs) < 3:
             raise RuntimeError("boom")
+        third.set()
         await asyncio.sleep(3600)
-
-    from tether.tool.backoff import Backoff
 
     task = asyncio.create_task(supervise("flaky", flaky, backoff=Backoff(initial_s=0.01, max_s=0.01)))
     try:
-        async with asyncio.timeout(5):
-            while len(runs) < 3:
-                await asyncio.sleep(0.01)
+        await asyncio.wait_for(third.wait(), 5)
     finally:
         task.cancel()
     assert sum("background loop flaky crashed" in r.getMessage() for r in caplog.records) == 2
