@@ -17,6 +17,7 @@ from grpc import aio
 from tether.agentk.internal_server import InternalServer
 from tether.modules.reverse_tunnel.agent_connection import ConnectedTunnels, TunnelConnection
 from tether.modules.reverse_tunnel.agent_pool import ConnectionPool, PoolLimits, TunnelListener
+from tether.tool.backoff import channel_reconnect_options
 
 
 class _FirstTunnel(ConnectedTunnels):
@@ -61,7 +62,9 @@ class EmbeddedAgent:
     async def start(self) -> None:
         """Start the internal server and the tunnel pool."""
         await self.internal.start()
-        self._kas_channel = aio.insecure_channel(self.kas_target, options=[("grpc.lb_policy_name", "round_robin")])
+        self._kas_channel = aio.insecure_channel(
+            self.kas_target, options=[("grpc.lb_policy_name", "round_robin"), *channel_reconnect_options()]
+        )
         descriptor = self.internal.descriptor()
         metadata = (("authorization", f"Bearer {self.token}"),)
         channel = self._kas_channel

@@ -14,12 +14,10 @@ from urllib.parse import urlsplit
 
 import grpc
 
+from tether.tool.backoff import channel_reconnect_options
 from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_KAS, mint
 
 _JWT_LIFETIME_S = 5.0
-#: Reconnect backoff of a channel to another kas, in ms. gRPC's default grows to 120 s, so a gateway kas that
-#: was down for a minute stayed unreachable long after it was back (issue 9 item 7): bound it to 2 s.
-RECONNECT_BACKOFF_MS = (250, 2_000)
 #: A channel unused this long and not connected is closed (its kas probably left).
 IDLE_CLOSE_S = 60.0
 
@@ -65,9 +63,7 @@ class KasPool:
             ("grpc.max_send_message_length", max_message_size),
             ("grpc.keepalive_time_ms", 55_000),
             ("grpc.keepalive_permit_without_calls", 1),
-            ("grpc.initial_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[0]),
-            ("grpc.min_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[0]),
-            ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[1]),
+            *channel_reconnect_options(),
         ]
         if tls_server_name:
             self._options.append(("grpc.ssl_target_name_override", tls_server_name))
