@@ -35,7 +35,7 @@ MAX_GROWTH_MIB = 32.0
 
 @dataclass
 class Bulk:
-    """The endpoint behind agentk: ``GET /bulk`` answers 100 MiB; an ``Upgrade`` request gets 100 MiB raw."""
+    """The endpoint behind agentk: ``GET /bulk`` answers 100 MiB (raw after ``Upgrade``); a pods watch never ends."""
 
     port: int = 0
     sent: int = 0
@@ -49,12 +49,30 @@ def rss_mib(pid: int) -> float:
     raise AssertionError(f"no VmRSS for pid {pid}")
 
 
+async def watch_forever(writer: asyncio.StreamWriter) -> None:
+    """A watch response that never ends: one chunked JSON event every 0.2 s."""
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+    event = b'{"type":"MODIFIED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p"}}}\n'
+    try:
+        while True:
+            writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+            await writer.drain()
+            await asyncio.sleep(0.2)
+    except ConnectionError:
+        pass
+    finally:
+        writer.close()
+
+
 @pytest_asyncio.fixture
 async def bulk() -> AsyncIterator[Bulk]:
     state = Bulk()
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = (await reader.readuntil(b"\r\n\r\n")).lower()
+        if head.startswith(b"get /api/v1/pods?watch=true "):
+            await watch_forever(writer)
+            return
         if not head.startswith(b"get /bulk "):  # agentk's own start-up calls (/version, discovery)
             writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
             writer.close()

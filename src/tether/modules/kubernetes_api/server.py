@@ -14,6 +14,7 @@ connection instead.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import ssl
 
@@ -48,6 +49,13 @@ _HTTP_FOR_GRPC = {
 
 
 GRAPH_PATH = "/graph"
+
+
+def is_watch(request: web.BaseRequest) -> bool:
+    """Whether ``request`` is a Kubernetes watch (``?watch=true``/``1``, or a legacy ``/watch/`` path)."""
+    if request.rel_url.query.get("watch", "").lower() in ("true", "1"):
+        return True
+    return "/watch/" in request.rel_url.path
 
 
 def request_timeout_s(request: web.BaseRequest) -> float | None:
@@ -90,6 +98,9 @@ class KubernetesApiProxy:
             access_log=None,
         )
         self._runner = web.ServerRunner(server, shutdown_timeout=config.listen.shutdown_grace_period)
+        # Routed calls of the watches in flight: ended cleanly when kas shuts down.
+        self._watches: set[asyncio.Task[status_pb2.Status | None]] = set()
+        self._ending_watches = False
 
     async def start(self) -> int:
         """Bind and serve; return the bound TCP port (0 for a unix socket).
@@ -122,7 +133,15 @@ class KubernetesApiProxy:
         return int(addresses[0][1]) if addresses and isinstance(addresses[0], tuple) else 0
 
     async def stop(self) -> None:
-        """Stop accepting, let in-flight requests run for ``shutdown_grace_period``, then cut them."""
+        """Stop accepting, end watches cleanly, let other requests run for ``shutdown_grace_period``, then cut them.
+
+        A watch never ends by itself, so waiting the grace period would only end it by cutting the connection;
+        instead it ends at once with its terminating chunk, as the API server does on shutdown, and the client
+        watches again through another kas (issue 9 item 7).
+        """
+        self._ending_watches = True
+        for route in list(self._watches):
+            route.cancel()
         await self._runner.cleanup()
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
@@ -157,9 +176,20 @@ class KubernetesApiProxy:
         return "/" + path[len(self._prefix) :]
 
     async def _forward(self, request: web.BaseRequest, call: ProxyCall, agent_id: int) -> web.StreamResponse:
+        watch = is_watch(request)
+        route = asyncio.ensure_future(self._router.route(agent_id, MAKE_REQUEST, (), call, request_timeout_s(request)))
+        if watch:
+            self._watches.add(route)
         try:
-            status = await self._router.route(agent_id, MAKE_REQUEST, (), call, request_timeout_s(request))
+            status = await route
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if not (self._ending_watches and route.cancelled() and current is not None and not current.cancelling()):
+                raise
+            return await self._end_watch(call, "kas is shutting down")
         except RoutingError as exc:
+            if watch and call.head_sent:
+                return await self._end_watch(call, exc.message)
             code = 504 if exc.code == grpc.StatusCode.DEADLINE_EXCEEDED else 502
             return self._fail(call, ProxyError(code, exc.message if code == 504 else f"Proxy error: {exc.message}"))
         except ResponseStreamError as exc:
@@ -168,13 +198,27 @@ class KubernetesApiProxy:
             log.debug("k8s proxy client went away: %r", exc)
             return self._fail(call, ProxyError(502, "Proxy error: the client connection failed"))
         finally:
+            self._watches.discard(route)
             if call.raw is not None:
                 call.raw.close()
         if status is not None and status.code != 0:
             return self._fail(call, _agent_failure(status))
         if not call.complete:
+            if watch and call.head_sent:
+                return await self._end_watch(call, "the agent ended the watch")
             return self._fail(call, ProxyError(502, "Proxy error: the agent ended the response early"))
         assert call.response is not None
+        return call.response
+
+    async def _end_watch(self, call: ProxyCall, why: str) -> web.StreamResponse:
+        """End a watch with its terminating chunk: a client simply watches again (the API server does the same)."""
+        if call.response is None or call.raw is not None:
+            return self._fail(call, ProxyError(503, f"Service unavailable: {why}"))
+        log.info("k8s proxy watch ended: %s", why)
+        try:
+            await call.response.write_eof()
+        except ConnectionError:
+            call.abort()
         return call.response
 
     @staticmethod
