@@ -14,94 +14,19 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import pytest_asyncio
 
 from tests.e2e.test_k8s_proxy_upgrade import client_tls, connect_agent
+from tests.fixtures.bulk_endpoint import CHUNK, TOTAL, Bulk, rss_mib
 from tests.fixtures.hub_stub import HubStub
 from tests.fixtures.system import KasProc, System
 
 pytestmark = [pytest.mark.redis]
 
-TOTAL = 100 * 1024 * 1024
-CHUNK = 64 * 1024
 #: The target of issue 9: kas and agentk RSS growth while a client does not read.
 MAX_GROWTH_MIB = 32.0
-
-
-@dataclass
-class Bulk:
-    """The endpoint behind agentk: ``GET /bulk`` answers 100 MiB (raw after ``Upgrade``); a pods watch never ends."""
-
-    port: int = 0
-    sent: int = 0
-
-
-def rss_mib(pid: int) -> float:
-    """Resident set size of process ``pid`` in MiB (``VmRSS`` of ``/proc/<pid>/status``)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError(f"no VmRSS for pid {pid}")
-
-
-async def watch_forever(writer: asyncio.StreamWriter) -> None:
-    """A watch response that never ends: one chunked JSON event every 0.2 s."""
-    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
-    event = b'{"type":"MODIFIED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p"}}}\n'
-    try:
-        while True:
-            writer.write(b"%x\r\n%s\r\n" % (len(event), event))
-            await writer.drain()
-            await asyncio.sleep(0.2)
-    except ConnectionError:
-        pass
-    finally:
-        writer.close()
-
-
-@pytest_asyncio.fixture
-async def bulk() -> AsyncIterator[Bulk]:
-    state = Bulk()
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = (await reader.readuntil(b"\r\n\r\n")).lower()
-        if head.startswith(b"get /api/v1/pods?watch=true "):
-            await watch_forever(writer)
-            return
-        if not head.startswith(b"get /bulk "):  # agentk's own start-up calls (/version, discovery)
-            writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-            writer.close()
-            return
-        if b"upgrade:" in head:
-            writer.write(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\r\n")
-        else:
-            writer.write(
-                b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
-                + f"Content-Length: {TOTAL}\r\n\r\n".encode()
-            )
-        block = bytes(range(256)) * (CHUNK // 256)
-        try:
-            for _ in range(TOTAL // CHUNK):
-                writer.write(block)
-                await writer.drain()
-                state.sent += CHUNK
-            await writer.drain()
-        except ConnectionError:
-            pass
-        finally:
-            writer.close()
-
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    state.port = server.sockets[0].getsockname()[1]
-    try:
-        yield state
-    finally:
-        server.close()
 
 
 async def wait_stalled(bulk: Bulk, quiet_s: float = 3.0, limit_s: float = 90.0) -> None:

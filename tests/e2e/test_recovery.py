@@ -16,8 +16,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.e2e.test_back_pressure import Bulk, bulk  # noqa: F401 - the fixture
 from tests.e2e.test_k8s_proxy_upgrade import client_tls, connect_agent
+from tests.fixtures.bulk_endpoint import Bulk
 from tests.fixtures.hub_stub import HubStub
 from tests.fixtures.system import KasProc, System
 
