@@ -10,11 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import logging
 import signal
-import sys
-from collections.abc import MutableMapping
-from typing import Any
 
 import grpc
 import structlog
@@ -36,6 +32,7 @@ from tether.modules.reverse_tunnel.agent_connection import ConnectedTunnels, Tun
 from tether.modules.reverse_tunnel.agent_pool import ConnectionPool, PooledConnection, TunnelListener
 from tether.pb.gitlab.agent.agentcfg import agentcfg_pb2
 from tether.pb.gitlab.agent.pods.rpc import rpc_pb2_grpc as pods_grpc
+from tether.tool.logs import set_process_fields, setup_logging
 
 __all__ = ["AgentkApp", "configure_logging"]
 
@@ -45,43 +42,13 @@ _log = structlog.get_logger(__name__)
 KUBE_VERSION_TIMEOUT_S = 10.0
 
 
-class _LogContext:
-    """structlog processor adding process-wide fields (``agent_id`` once known) to every event."""
-
-    def __init__(self) -> None:
-        self.fields: dict[str, Any] = {}
-
-    def __call__(self, _logger: Any, _method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
-        for key, value in self.fields.items():
-            event.setdefault(key, value)
-        return event
-
-
-_log_context = _LogContext()
-
-
 def configure_logging(level: str = "info") -> None:
-    """Log one JSON object per line to stderr, with level, ISO timestamp and ``agent_id`` where known.
+    """Log one JSON object per line to stderr (the processes' one set-up, :mod:`tether.tool.logs`).
 
     Raises:
         ValueError: unknown ``level``.
     """
-    numeric = logging.getLevelName(level.upper())
-    if not isinstance(numeric, int):
-        raise ValueError(f"unknown log level {level!r}")
-    structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            _log_context,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(),
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-        cache_logger_on_first_use=True,
-    )
+    setup_logging(level)
 
 
 class AgentkApp:
@@ -159,6 +126,7 @@ class AgentkApp:
             self._watcher = ConfigurationWatcher(kas_channel, agent_meta, self._on_configuration, metadata=metadata)
             watcher_task = asyncio.create_task(self._watcher.run(), name="configuration-watcher")
             stack.push_async_callback(_cancel_and_wait, watcher_task)
+            set_process_fields(kas_url=config.kas.target)
             _log.info("agentk_started", version=__version__, kas=config.kas.target, pod=agent_meta.pod_name)
 
             await stop.wait()
@@ -167,7 +135,7 @@ class AgentkApp:
 
     def _on_configuration(self, configuration: agentcfg_pb2.AgentConfiguration) -> None:
         # Modules that consume the configuration subscribe here as they are added (kas.md §6.3 "Apply").
-        _log_context.fields["agent_id"] = configuration.agent_id
+        set_process_fields(agent_id=configuration.agent_id)
 
     def _kas_channel(self) -> aio.Channel:
         config = self._config

@@ -51,6 +51,7 @@ from tether.pb.gitlab.agent.reverse_tunnel.rpc import rpc_pb2_grpc as tunnel_grp
 from tether.tool.events import EventBus
 from tether.tool.expiring_hash import HashBackend
 from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_GITLAB, ISSUER_KAS, JwtServerInterceptor, JwtVerifier
+from tether.tool.logs import set_process_fields
 from tether.tool.memory_backend import MemoryBackend
 from tether.tool.redis_backend import RedisBackend
 from tether.tool.secrets import SecretError, load_base64_secret
@@ -163,6 +164,7 @@ class KasApp:
         prefix = config.redis.key_prefix if config.redis else "gitlab-kas"
         agent = config.agent
         self.own_url = own_private_api_url(config)
+        set_process_fields(kas_url=self.own_url)
         self.backend = _redis_backend(config)
         self.events = EventBus(self.backend, prefix)
         self.tunnel_tracker = TunnelTracker(

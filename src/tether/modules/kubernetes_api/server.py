@@ -32,6 +32,7 @@ from tether.modules.kubernetes_api.impersonation import NESTED_IMPERSONATION, ca
 from tether.modules.kubernetes_api.status import ProxyError, status_response
 from tether.modules.routing.router import Router, RoutingError
 from tether.tool.durations import parse_duration
+from tether.tool.logs import REQUEST_ID_METADATA, bind, new_request_id
 
 __all__ = ["KubernetesApiProxy"]
 
@@ -145,6 +146,11 @@ class KubernetesApiProxy:
         await self._runner.cleanup()
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        request_id = new_request_id()
+        with bind(request_id=request_id):
+            return await self._handle_bound(request, request_id)
+
+    async def _handle_bound(self, request: web.BaseRequest, request_id: str) -> web.StreamResponse:
         cors: dict[str, str] = {}
         try:
             cors = cors_headers(request.headers, self._external_url)
@@ -160,12 +166,15 @@ class KubernetesApiProxy:
                     f"Forbidden: {NESTED_IMPERSONATION}: the request carries {name}, but agent "
                     f"{auth.agent_id} is reached as GitLab user {auth.username!r} (access_as: user)",
                 )
-            if url_path == GRAPH_PATH:
-                # The Graph API lives on the same endpoint and authentication (issue 6, graph.md).
-                return await serve_graph_websocket(request, router_opener(self._router, credentials.agent_id))
-            upgrade = is_upgrade(request.headers.items())
-            call = ProxyCall(request, request_header(request, url_path, impersonation), upgrade, cors)
-            return await self._forward(request, call, credentials.agent_id)
+            metadata = ((REQUEST_ID_METADATA, request_id),)
+            with bind(agent_id=credentials.agent_id):
+                if url_path == GRAPH_PATH:
+                    # The Graph API lives on the same endpoint and authentication (issue 6, graph.md).
+                    opener = router_opener(self._router, credentials.agent_id, metadata)
+                    return await serve_graph_websocket(request, opener)
+                upgrade = is_upgrade(request.headers.items())
+                call = ProxyCall(request, request_header(request, url_path, impersonation), upgrade, cors)
+                return await self._forward(request, call, credentials.agent_id, metadata)
         except ProxyError as exc:
             log.debug("k8s proxy refused %s %s: %d %s", request.method, request.rel_url.path, exc.code, exc.message)
             return status_response(exc, cors)
@@ -175,9 +184,12 @@ class KubernetesApiProxy:
             raise ProxyError(400, f"Bad request: URL path {path[:200]!r} is not under {self._prefix!r}")
         return "/" + path[len(self._prefix) :]
 
-    async def _forward(self, request: web.BaseRequest, call: ProxyCall, agent_id: int) -> web.StreamResponse:
+    async def _forward(
+        self, request: web.BaseRequest, call: ProxyCall, agent_id: int, metadata: tuple[tuple[str, str], ...]
+    ) -> web.StreamResponse:
         watch = is_watch(request)
-        route = asyncio.ensure_future(self._router.route(agent_id, MAKE_REQUEST, (), call, request_timeout_s(request)))
+        timeout_s = request_timeout_s(request)
+        route = asyncio.ensure_future(self._router.route(agent_id, MAKE_REQUEST, metadata, call, timeout_s))
         if watch:
             self._watches.add(route)
         try:
@@ -223,6 +235,7 @@ class KubernetesApiProxy:
 
     @staticmethod
     def _fail(call: ProxyCall, error: ProxyError) -> web.StreamResponse:
+        log.info("k8s proxy request failed: %d %s", error.code, error.message)
         if not call.head_sent or call.response is None:
             return status_response(error, call.extra_headers)
         # The head is out: the only way left to signal the failure is to cut the connection.
