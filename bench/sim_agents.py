@@ -1,12 +1,14 @@
 """Simulate many agents against one kas: per agent one GetConfiguration stream and two idle tunnels.
 
-Usage: ``python bench/sim_agents.py <kas agent host:port> <token prefix> <count>``; tokens are
-``<prefix><i>`` for i in 0..count-1. Runs until stdin closes.
+Usage: ``python bench/sim_agents.py <kas agent host:port> <token prefix> <count> [agents per connection]``;
+tokens are ``<prefix><i>`` for i in 0..count-1. Runs until stdin closes, then prints ``ended <JSON>``: how
+many streams ended and were re-opened during the run, by status.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from collections.abc import AsyncIterator
 
@@ -81,7 +83,8 @@ async def main() -> None:
     target, prefix, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
     stop = asyncio.Event()
     options = [("grpc.keepalive_time_ms", 55_000), ("grpc.keepalive_permit_without_calls", 1)]
-    count_channels = max(1, count // AGENTS_PER_CHANNEL)
+    per_channel = int(sys.argv[4]) if len(sys.argv) > 4 else AGENTS_PER_CHANNEL
+    count_channels = max(1, count // per_channel)
     channels = [
         grpc.aio.insecure_channel(target, options=[*options, ("grpc.channel_id", i)]) for i in range(count_channels)
     ]
@@ -104,6 +107,7 @@ async def main() -> None:
         holder.cancel()
     await asyncio.gather(*holders, return_exceptions=True)
     print(f"streams ended and re-opened during the run: {ENDED}", file=sys.stderr, flush=True)
+    print("ended " + json.dumps(ENDED), flush=True)
 
 
 if __name__ == "__main__":

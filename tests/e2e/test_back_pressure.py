@@ -12,6 +12,8 @@ cannot be made to send 100 MiB on demand without storing it first).
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import ssl
 import time
 from pathlib import Path
@@ -78,6 +80,9 @@ async def test_slow_client_keeps_kas_and_agentk_memory_bounded(
         await wait_stalled(bulk)
         during = {name: rss_mib(pid) for name, pid in pids.items()}
         growth = {name: round(during[name] - before[name], 1) for name in pids}
+        if bench_dir := os.environ.get("TETHER_BENCH_DIR"):  # bench/hardening.py collects the figures
+            figures = {"growth_mib": growth, "sent_while_stalled": bulk.sent}
+            (Path(bench_dir) / f"back_pressure_{route}_{kind}.json").write_text(json.dumps(figures))
         assert bulk.sent < TOTAL // 2, f"{bulk.sent} bytes left the endpoint while the client did not read"
         assert all(g < MAX_GROWTH_MIB for g in growth.values()), growth
 

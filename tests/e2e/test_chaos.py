@@ -10,7 +10,7 @@ to kas 1 only. 20 clients send requests through kas 1 for 60 s (16 for A, 4 for 
 Recorded: failed requests, the longest request, and per disruption the seconds from its end (kas 2 ready,
 Redis back) until every request succeeds again. Required: no request outlives its deadline, recovery within
 5 s, the watch ends with its terminating chunk, and B's requests (whose agent is on the kas that received
-them) keep working during the Redis outage. The figures go to ``$TETHER_CHAOS_RESULTS`` when set (the
+them) keep working during the Redis outage. The figures go to ``$TETHER_BENCH_DIR/chaos.json`` when set (the
 benchmark ``bench/hardening.py`` reads them).
 """
 
@@ -196,8 +196,8 @@ async def test_chaos_two_kas_under_load(system: System, hub_stub: HubStub, bulk:
         "b_failed_during_redis_outage": sum(not o.ok for o in b_during_outage),
     }
     print(json.dumps(figures, indent=2))
-    if path := os.environ.get("TETHER_CHAOS_RESULTS"):
-        await asyncio.to_thread(Path(path).write_text, json.dumps(figures))
+    if bench_dir := os.environ.get("TETHER_BENCH_DIR"):
+        await asyncio.to_thread((Path(bench_dir) / "chaos.json").write_text, json.dumps(figures))
     assert longest <= REQUEST_DEADLINE_S + 1.0, "a request outlived its deadline"
     assert all(o.ok for o in settle), "requests still fail after recovery"
     assert b_during_outage and all(o.ok for o in b_during_outage), "same-kas requests failed during the Redis outage"
