@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_k8s_proxy_upgrade import client_tls, connect_agent
-from tests.fixtures.bulk_endpoint import CHUNK, TOTAL, Bulk, rss_mib
+from tests.e2e.test_k8s_proxy_upgrade import client_tls
+from tests.fixtures.bulk_endpoint import CHUNK, TOTAL, Bulk, agent_behind, rss_mib
 from tests.fixtures.hub_stub import HubStub
 from tests.fixtures.system import KasProc, System
 
@@ -54,12 +54,10 @@ async def test_slow_client_keeps_kas_and_agentk_memory_bounded(
     system: System, hub_stub: HubStub, bulk: Bulk, tmp_path: Path, route: str, kind: str
 ) -> None:
     kas1, kas2 = system.kas(), system.kas()
-    agent_id = await connect_agent(system, hub_stub, kas2, f"http://127.0.0.1:{bulk.port}", tmp_path)
+    agent_id, pat = await agent_behind(system, hub_stub, bulk, kas2, tmp_path)
     agentk = system.started[-1]
     assert not isinstance(agentk, KasProc) and agentk.process.popen is not None
     pids = {"kas1": kas1.process.pid, "kas2": kas2.process.pid, "agentk": agentk.process.pid}  # type: ignore[union-attr]
-    pat = f"glpat-bulk-{agent_id}"
-    hub_stub.grant_proxy_access(pat, "robot", agent_id, 75)
     entry = kas2 if route == "same_kas" else kas1
     before = {name: rss_mib(pid) for name, pid in pids.items()}
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.e2e.test_k8s_proxy_upgrade import client_tls, connect_agent
-from tests.fixtures.bulk_endpoint import Bulk
+from tests.e2e.test_k8s_proxy_upgrade import client_tls
+from tests.fixtures.bulk_endpoint import Bulk, agent_behind
 from tests.fixtures.hub_stub import HubStub
 from tests.fixtures.system import KasProc, System
 
@@ -45,9 +45,7 @@ async def test_requests_recover_within_5s_of_the_gateway_kas_coming_back(
     system: System, hub_stub: HubStub, bulk: Bulk, tmp_path: Path
 ) -> None:
     kas1, kas2 = system.kas(), system.kas()
-    agent_id = await connect_agent(system, hub_stub, kas2, f"http://127.0.0.1:{bulk.port}", tmp_path)
-    pat = f"glpat-recovery-{agent_id}"
-    hub_stub.grant_proxy_access(pat, "robot", agent_id, 75)
+    agent_id, pat = await agent_behind(system, hub_stub, bulk, kas2, tmp_path)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_tls(kas1), force_close=True)) as s:
         assert await reaches_agent(s, kas1, agent_id, pat)
 

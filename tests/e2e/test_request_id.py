@@ -14,8 +14,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from tests.e2e.test_k8s_proxy_upgrade import client_tls, connect_agent
-from tests.fixtures.bulk_endpoint import Bulk
+from tests.e2e.test_k8s_proxy_upgrade import client_tls
+from tests.fixtures.bulk_endpoint import Bulk, agent_behind
 from tests.fixtures.hub_stub import HubStub
 from tests.fixtures.system import System
 from tests.support.polling import poll_sync
@@ -39,10 +39,8 @@ async def test_request_id_follows_a_request_from_kas_to_agentk(
     system: System, hub_stub: HubStub, bulk: Bulk, tmp_path: Path
 ) -> None:
     kas1, kas2 = system.kas(), system.kas()
-    agent_id = await connect_agent(system, hub_stub, kas2, f"http://127.0.0.1:{bulk.port}", tmp_path)
+    agent_id, pat = await agent_behind(system, hub_stub, bulk, kas2, tmp_path)
     agentk = system.started[-1]
-    pat = f"glpat-rid-{agent_id}"
-    hub_stub.grant_proxy_access(pat, "robot", agent_id, 75)
     async with (
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_tls(kas1))) as session,
         session.get(kas1.k8s_proxy_url + "broken", headers={"Authorization": f"Bearer pat:{agent_id}:{pat}"}) as resp,

@@ -14,8 +14,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.e2e.test_k8s_proxy_upgrade import client_tls, connect_agent
-from tests.fixtures.bulk_endpoint import Bulk
+from tests.e2e.test_k8s_proxy_upgrade import client_tls
+from tests.fixtures.bulk_endpoint import Bulk, agent_behind
 from tests.fixtures.hub_stub import HubStub
 from tests.fixtures.system import System
 
@@ -27,9 +27,7 @@ async def test_sigterm_ends_watches_with_a_terminating_chunk(
     system: System, hub_stub: HubStub, bulk: Bulk, tmp_path: Path, stopped: str
 ) -> None:
     kas1, kas2 = system.kas(), system.kas()
-    agent_id = await connect_agent(system, hub_stub, kas2, f"http://127.0.0.1:{bulk.port}", tmp_path)
-    pat = f"glpat-watch-{agent_id}"
-    hub_stub.grant_proxy_access(pat, "robot", agent_id, 75)
+    agent_id, pat = await agent_behind(system, hub_stub, bulk, kas2, tmp_path)
     victim = kas1 if stopped == "routing_kas" else kas2
     # The routing kas cuts proxied requests after the proxy's grace period, the gateway kas after routing's.
     grace_s = 2.0 if stopped == "routing_kas" else 10.0

@@ -12,13 +12,14 @@ from __future__ import annotations
 import asyncio
 import collections
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from google.protobuf.message import Message
+from google.rpc import status_pb2
 
 from tether.tool.automaton import StreamAutomaton
 
-__all__ = ["DEFAULT_PIPE_BYTES", "BoundedPipe", "Handler", "PipeClosed", "dispatch", "pump"]
+__all__ = ["DEFAULT_PIPE_BYTES", "AnswerFrames", "BoundedPipe", "Handler", "PipeClosed", "dispatch", "pump"]
 
 M = TypeVar("M", bound=Message)
 T = TypeVar("T")
@@ -53,6 +54,48 @@ async def dispatch(
             return True
     automaton.end()
     return False
+
+
+class AnswerFrames:
+    """Handlers for the answer half of a forwarded call, the same in the tunnel and gateway protocols.
+
+    ``ConnectRequest`` (agentk -> kas) and ``GatewayKasResponse`` (gateway -> routing kas) both carry the answer
+    as ``header{meta}``, ``message{data}``*, ``trailer{meta}`` and an optional ``error{status}`` (kas.md §1.3,
+    §2.3). The error is kept in :attr:`error` (the peer closes right after it, kas.md §1.7).
+
+    Args:
+        header: receives the header's ``meta``.
+        message: receives each message's ``data``.
+        trailer: receives the trailer's ``meta``.
+    """
+
+    def __init__(
+        self,
+        header: Callable[[Any], Awaitable[object]],
+        message: Callable[[bytes], Awaitable[object]],
+        trailer: Callable[[Any], Awaitable[object]],
+    ) -> None:
+        self._header = header
+        self._message = message
+        self._trailer = trailer
+        self.error: status_pb2.Status | None = None
+
+    def handlers(self) -> dict[str, Handler[Any]]:
+        """Kind -> handler, for :func:`dispatch`."""
+
+        async def on_header(frame: Any) -> None:
+            await self._header(frame.header.meta)
+
+        async def on_message(frame: Any) -> None:
+            await self._message(frame.message.data)
+
+        async def on_trailer(frame: Any) -> None:
+            await self._trailer(frame.trailer.meta)
+
+        async def on_error(frame: Any) -> None:
+            self.error = frame.error.status
+
+        return {"header": on_header, "message": on_message, "trailer": on_trailer, "error": on_error}
 
 
 async def pump(

@@ -21,7 +21,7 @@ from tether.pb.gitlab.agent.reverse_tunnel.info import info_pb2
 from tether.pb.gitlab.agent.reverse_tunnel.rpc import rpc_pb2
 from tether.tool.automaton import StreamAutomaton, StreamOrderError
 from tether.tool.grpc_meta import Metadata, meta_to_values
-from tether.tool.relay import dispatch, pump
+from tether.tool.relay import AnswerFrames, dispatch, pump
 
 ConnectContext = grpc.aio.ServicerContext[rpc_pb2.ConnectRequest, rpc_pb2.ConnectResponse]
 ValuesMap = Mapping[str, prototool_pb2.Values]
@@ -171,25 +171,10 @@ class Tunnel:
         return None if request is grpc.aio.EOF else request
 
     async def _pump_from_agent(self, sink: ForwardSink) -> status_pb2.Status | None:
-        error: status_pb2.Status | None = None
-
-        async def on_error(request: rpc_pb2.ConnectRequest) -> None:
-            # agentk closes right after sending error; keep reading until EOF (kas.md §1.7).
-            nonlocal error
-            error = request.error.status
-
-        async def on_header(request: rpc_pb2.ConnectRequest) -> None:
-            await sink.header(request.header.meta)
-
-        async def on_message(request: rpc_pb2.ConnectRequest) -> None:
-            await sink.message(request.message.data)
-
-        async def on_trailer(request: rpc_pb2.ConnectRequest) -> None:
-            await sink.trailer(request.trailer.meta)
-
-        handlers = {"header": on_header, "message": on_message, "trailer": on_trailer, "error": on_error}
+        answer = AnswerFrames(sink.header, sink.message, sink.trailer)
+        automaton = StreamAutomaton(rpc_pb2.ConnectRequest, after="descriptor")
         try:
-            await dispatch(self._read, StreamAutomaton(rpc_pb2.ConnectRequest, after="descriptor"), handlers)
+            await dispatch(self._read, automaton, answer.handlers())
         except StreamOrderError as exc:
             raise TunnelBroken(grpc.StatusCode.UNAVAILABLE, f"agentk broke the tunnel protocol: {exc}") from exc
-        return error
+        return answer.error

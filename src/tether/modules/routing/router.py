@@ -32,7 +32,7 @@ from tether.pb.gitlab.agent.kas import kasapp_pb2
 from tether.tool.automaton import StreamAutomaton, StreamOrderError
 from tether.tool.backoff import Backoff
 from tether.tool.grpc_meta import Metadata, MetadataIn
-from tether.tool.relay import Handler, dispatch, pump
+from tether.tool.relay import AnswerFrames, Handler, dispatch, pump
 
 log = logging.getLogger(__name__)
 NOT_FOUND_MESSAGE = "Agent connection not found. Is agent up to date and connected?"
@@ -318,28 +318,14 @@ class Router:
     ) -> status_pb2.Status | None:
         requests: asyncio.Task[None] | None = None
         completed = False
-        status: status_pb2.Status | None = None
-
-        async def on_header(response: kasapp_pb2.GatewayKasResponse) -> None:
-            await caller.send_header(response.header.meta)
-
-        async def on_message(response: kasapp_pb2.GatewayKasResponse) -> None:
-            await caller.write(response.message.data)
-
-        async def on_trailer(response: kasapp_pb2.GatewayKasResponse) -> None:
-            await caller.set_trailer(response.trailer.meta)
-
-        async def on_error(response: kasapp_pb2.GatewayKasResponse) -> None:
-            nonlocal status
-            status = response.error.status
+        answer = AnswerFrames(caller.send_header, caller.write, caller.set_trailer)
 
         try:
             await call.write(kasapp_pb2.StartStreaming().SerializeToString())
             requests = asyncio.get_running_loop().create_task(self._pump_requests(call, caller))
-            handlers = {"header": on_header, "message": on_message, "trailer": on_trailer, "error": on_error}
-            await dispatch(call.read, automaton, handlers)
+            await dispatch(call.read, automaton, answer.handlers())
             completed = True
-            return status
+            return answer.error
         except GatewayUnavailable as exc:
             raise RoutingError(grpc.StatusCode.UNAVAILABLE, f"gateway kas failed: {exc.message}") from exc
         except StreamOrderError as exc:
