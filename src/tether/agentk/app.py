@@ -33,6 +33,7 @@ from tether.modules.reverse_tunnel.agent_pool import ConnectionPool, PooledConne
 from tether.pb.gitlab.agent.agentcfg import agentcfg_pb2
 from tether.pb.gitlab.agent.pods.rpc import rpc_pb2_grpc as pods_grpc
 from tether.tool.logs import set_process_fields, setup_logging
+from tether.tool.supervisor import supervise
 
 __all__ = ["AgentkApp", "configure_logging"]
 
@@ -124,7 +125,9 @@ class AgentkApp:
 
             agent_meta = build_agent_meta(await _kube_version(kube))
             self._watcher = ConfigurationWatcher(kas_channel, agent_meta, self._on_configuration, metadata=metadata)
-            watcher_task = asyncio.create_task(self._watcher.run(), name="configuration-watcher")
+            watcher = self._watcher
+            # The watcher retries on its own; a crash of the loop itself is logged and restarted (issue 9).
+            watcher_task = asyncio.create_task(supervise("configuration-watcher", watcher.run), name="config-watcher")
             stack.push_async_callback(_cancel_and_wait, watcher_task)
             set_process_fields(kas_url=config.kas.target)
             _log.info("agentk_started", version=__version__, kas=config.kas.target, pod=agent_meta.pod_name)
