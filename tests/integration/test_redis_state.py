@@ -19,6 +19,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from tether.devenv.process import free_port
+from tether.devenv.redis_server import RedisServer
 from tether.kas.instance_registry import KasInstanceRegistry
 from tether.modules.agent_tracker.tracker import AgentTracker
 from tether.modules.reverse_tunnel.tracker import TunnelTracker
@@ -218,3 +219,35 @@ async def test_20000_connections_refresh_while_routed_reads_stay_fast(
     if bench_dir := os.environ.get("TETHER_BENCH_DIR"):  # bench/hardening.py collects the figures
         figures = {"refresh_s": refresh_s, "routed_read_max_ms": max(latencies) * 1000, "reads": len(latencies)}
         (Path(bench_dir) / "refresh_20000.json").write_text(json.dumps(figures))
+
+
+async def test_subscription_is_back_within_seconds_of_a_long_redis_outage(tmp_path: Path) -> None:
+    """The re-subscription triggers kas' re-write of its state: after 15 s down it must not wait another 10-20 s."""
+    server = RedisServer(tmp_path / "redis").start()
+    backend = RedisBackend.from_url(server.url, dial_timeout_s=0.5)
+    subscribed: list[float] = []
+    first, again = asyncio.Event(), asyncio.Event()
+
+    def on_subscribed() -> None:
+        subscribed.append(time.monotonic())
+        (again if first.is_set() else first).set()
+
+    async def consume() -> None:
+        async for _ in backend.subscribe(f"{PREFIX}:outage", on_subscribed):
+            pass
+
+    task = asyncio.create_task(consume())
+    try:
+        await asyncio.wait_for(first.wait(), 10)
+        port = server.port
+        server.stop()
+        await asyncio.sleep(15)
+        server.port = port
+        await asyncio.to_thread(server.start)
+        back = time.monotonic()
+        await asyncio.wait_for(again.wait(), 30)
+        assert subscribed[-1] - back <= 3.0
+    finally:
+        task.cancel()
+        await backend.close()
+        server.stop()

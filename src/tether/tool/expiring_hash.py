@@ -135,7 +135,7 @@ class HashBackend(Protocol):
 
         ``on_subscribed`` is called each time the subscription is (re-)established, so callers know from when
         on messages are seen. The iterator survives backend errors (Redis: reconnects with backoff 0.1 s to
-        10 s, logging each failure, kas.md §3.5) and ends only when cancelled or when the backend is closed.
+        1 s, logging each failure; upstream 10 s, kas.md §3.5) and ends only when cancelled or the backend closed.
         """
         ...
 
@@ -415,10 +415,10 @@ class ExpiringHash(Generic[K]):
 async def run_every(period_s: float, action: Callable[[], Awaitable[object]], what: str) -> None:
     """Await ``action`` every ``period_s`` seconds until cancelled (refresh and GC loops, kas.md §3.2, §3.3).
 
-    A failure is logged and retried sooner, with backoff from 1 s up to ``period_s``, so a short backend
-    outage does not let owned data expire before the next regular round.
+    A failure is logged and retried sooner, with backoff from 1 s up to 5 s (or ``period_s`` if shorter), so
+    a backend outage does not let owned data expire, and its end is noticed within seconds.
     """
-    backoff = Backoff(initial_s=min(1.0, period_s), max_s=period_s, jitter=0.2)
+    backoff = Backoff(initial_s=min(1.0, period_s), max_s=min(5.0, period_s), jitter=0.2)
     delay = period_s
     while True:
         await asyncio.sleep(delay)
