@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from tether.tool.backoff import channel_reconnect_options
+from tether.tool.grpc_stream import BOUNDED_WINDOW_OPTIONS
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
@@ -109,6 +110,7 @@ class AgentkConfig:
             ("grpc.max_receive_message_length", self.max_receive_message_bytes),
             ("grpc.max_send_message_length", self.max_send_message_bytes),
             *channel_reconnect_options(),
+            *BOUNDED_WINDOW_OPTIONS,
         ]
 
 

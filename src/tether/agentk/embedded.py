@@ -18,6 +18,7 @@ from tether.agentk.internal_server import InternalServer
 from tether.modules.reverse_tunnel.agent_connection import ConnectedTunnels, TunnelConnection
 from tether.modules.reverse_tunnel.agent_pool import ConnectionPool, PoolLimits, TunnelListener
 from tether.tool.backoff import channel_reconnect_options
+from tether.tool.grpc_stream import BOUNDED_WINDOW_OPTIONS
 
 
 class _FirstTunnel(ConnectedTunnels):
@@ -63,7 +64,8 @@ class EmbeddedAgent:
         """Start the internal server and the tunnel pool."""
         await self.internal.start()
         self._kas_channel = aio.insecure_channel(
-            self.kas_target, options=[("grpc.lb_policy_name", "round_robin"), *channel_reconnect_options()]
+            self.kas_target,
+            options=[("grpc.lb_policy_name", "round_robin"), *channel_reconnect_options(), *BOUNDED_WINDOW_OPTIONS],
         )
         descriptor = self.internal.descriptor()
         metadata = (("authorization", f"Bearer {self.token}"),)

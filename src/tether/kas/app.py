@@ -50,6 +50,7 @@ from tether.pb.gitlab.agent.kas.instance_pb2 import KasInstanceInfo
 from tether.pb.gitlab.agent.reverse_tunnel.rpc import rpc_pb2_grpc as tunnel_grpc
 from tether.tool.events import EventBus
 from tether.tool.expiring_hash import HashBackend
+from tether.tool.grpc_stream import BOUNDED_WINDOW_OPTIONS
 from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_GITLAB, ISSUER_KAS, JwtServerInterceptor, JwtVerifier
 from tether.tool.logs import set_process_fields
 from tether.tool.memory_backend import MemoryBackend
@@ -120,6 +121,7 @@ def _server_options(max_message_size: int, max_connection_age_s: float) -> list[
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.max_connection_age_ms", int(max_connection_age_s * 0.2 * 1000)),
         ("grpc.max_connection_age_grace_ms", int(max_connection_age_s * 0.65 * 1000)),
+        *BOUNDED_WINDOW_OPTIONS,
     ]
 
 

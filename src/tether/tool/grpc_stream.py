@@ -19,7 +19,16 @@ from typing import Any
 from grpc import aio
 from grpc._cython import cygrpc  # type: ignore[attr-defined]
 
-__all__ = ["CallWriter"]
+__all__ = ["BOUNDED_WINDOW_OPTIONS", "CallWriter"]
+
+#: Channel and server arguments that bound what gRPC Core receives ahead of the reader. With BDP probing
+#: (the default) the HTTP/2 window of a fast loopback stream grows to tens of MiB, which a relay whose client
+#: stopped reading then holds in memory; a fixed 1 MiB stream window keeps each hop's share small while
+#: leaving enough in flight for full speed on a low-latency link (issue 9 item 2).
+BOUNDED_WINDOW_OPTIONS: list[tuple[str, int]] = [
+    ("grpc.http2.bdp_probe", 0),
+    ("grpc.http2.lookahead_bytes", 1024 * 1024),
+]
 
 #: What a write to an ended call raises, by layer: Core's failed batch, the API's own checks.
 _ENDED = (cygrpc.InternalError, aio.AioRpcError, aio.UsageError, asyncio.InvalidStateError)

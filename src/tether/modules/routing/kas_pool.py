@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 import grpc
 
 from tether.tool.backoff import channel_reconnect_options
+from tether.tool.grpc_stream import BOUNDED_WINDOW_OPTIONS
 from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_KAS, mint
 
 _JWT_LIFETIME_S = 5.0
@@ -64,6 +65,7 @@ class KasPool:
             ("grpc.keepalive_time_ms", 55_000),
             ("grpc.keepalive_permit_without_calls", 1),
             *channel_reconnect_options(),
+            *BOUNDED_WINDOW_OPTIONS,
         ]
         if tls_server_name:
             self._options.append(("grpc.ssl_target_name_override", tls_server_name))
