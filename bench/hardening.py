@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.fixtures.hub_stub import start_stub, write_private_secret
-from tests.fixtures.system import System
+from tests.fixtures.system import KasProc, System
 from tether.devenv.redis_server import RedisServer
 
 HERE = Path(__file__).parent
@@ -51,6 +51,14 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     raise RuntimeError("no VmRSS")
+
+
+async def gauge(kas: KasProc, name: str) -> float:
+    """A gauge of kas' metrics; -1 while kas is too busy to answer (during the connection storm)."""
+    try:
+        return await asyncio.to_thread(kas.gauge, name)
+    except (OSError, KeyError):
+        return -1.0
 
 
 def from_tests(directory: Path) -> dict[str, tuple[float, str]]:
@@ -97,9 +105,11 @@ async def many_agents(count: int) -> dict[str, tuple[float, str]]:
             )
             try:
                 deadline = began + 600
-                while kas.gauge("tunnels_idle") < 2 * count or kas.gauge("connected_agents_count") < count:
+                while (await gauge(kas, "tunnels_idle")) < 2 * count or (
+                    await gauge(kas, "connected_agents_count")
+                ) < count:
                     if time.monotonic() > deadline:
-                        raise RuntimeError(f"agents did not all connect: {kas.gauge('tunnels_idle')} tunnels")
+                        raise RuntimeError(f"agents did not all connect: {await gauge(kas, 'tunnels_idle')} tunnels")
                     await asyncio.sleep(0.5)
                 connect_s = time.monotonic() - began
                 await asyncio.sleep(10)  # settle: anything that breaks shows as re-opened streams
