@@ -19,7 +19,7 @@ from tests.fixtures.bulk_endpoint import Bulk, agent_behind
 from tests.fixtures.hub_stub import HubStub
 from tests.fixtures.system import System
 from tests.support.polling import poll_sync
-from tether.kas.gitlab_client import GitlabClient, GitlabClientError
+from tether.modserver.gitlab_client import GitlabClient, GitlabClientError
 from tether.tool.logs import bind
 
 pytestmark = [pytest.mark.redis]

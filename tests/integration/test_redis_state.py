@@ -21,9 +21,7 @@ import redis.asyncio as aioredis
 from tether.devenv.process import free_port
 from tether.devenv.redis_server import RedisServer
 from tether.kas.instance_registry import KasInstanceRegistry
-from tether.modules.agent_tracker.tracker import AgentTracker
-from tether.modules.reverse_tunnel.tracker import TunnelTracker
-from tether.modules.routing.kas_pool import KasPool
+from tether.modserver.agent_tracker import AgentTracker
 from tether.pb.gitlab.agent.agent_tracker.agent_tracker_pb2 import ConnectedAgentInfo
 from tether.pb.gitlab.agent.kas.instance_pb2 import KasInstanceInfo
 from tether.tool.backoff import Backoff
@@ -31,6 +29,8 @@ from tether.tool.events import EventBus
 from tether.tool.expiring_hash import REFRESH_BATCH_KEYS, ExpiringHash
 from tether.tool.redis_backend import RedisBackend
 from tether.tool.supervisor import supervise
+from tether.tunnel.server.kas_pool import KasPool
+from tether.tunnel.server.tracker import TunnelTracker
 
 pytestmark = pytest.mark.redis
 PREFIX = "t9b"
