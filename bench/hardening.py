@@ -1,6 +1,6 @@
 """Hardening benchmarks (issue 9): back-pressure, refresh at 20,000 connections, chaos, 10,000 agents.
 
-Usage: ``uv run python bench/hardening.py [--agents N] [--skip-tests]``
+Usage: ``uv run python bench/hardening.py [--agents N] [--part all|tests|agents]``
 
 The first three figures come from the tests that check them, run here through pytest with
 ``TETHER_BENCH_DIR`` set so they write their measurements:
@@ -139,16 +139,24 @@ async def many_agents(count: int) -> dict[str, tuple[float, str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agents", type=int, default=10_000, help="simulated agents, one connection each")
-    parser.add_argument("--skip-tests", action="store_true", help="only the many-agents figures")
+    parser.add_argument(
+        "--part",
+        choices=["all", "tests", "agents"],
+        default="all",
+        help="measure only the test figures or only the many-agents figures (the others in the file are kept)",
+    )
     args = parser.parse_args()
     figures: dict[str, tuple[float, str]] = {}
-    if not args.skip_tests:
+    if args.part in ("all", "tests"):
         with tempfile.TemporaryDirectory(prefix="tether-bench-figures-") as tmp:
             figures.update(from_tests(Path(tmp)))
-    figures.update(asyncio.run(many_agents(args.agents)))
+    if args.part in ("all", "agents"):
+        figures.update(asyncio.run(many_agents(args.agents)))
     for name, (value, unit) in figures.items():
         print(f"{name:36s} {value:10.2f} {unit}")
-    results = [{"metric": k, "value": round(v, 2), "unit": u} for k, (v, u) in figures.items()]
+    kept = json.loads(RESULTS.read_text()) if RESULTS.exists() and args.part != "all" else []
+    results = [r for r in kept if r["metric"] not in figures]
+    results += [{"metric": k, "value": round(v, 2), "unit": u} for k, (v, u) in figures.items()]
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import AsyncIterator
 
 import grpc
 import uvloop
@@ -21,6 +20,7 @@ from tether.pb.gitlab.agent.entity.entity_pb2 import AgentMeta
 from tether.pb.gitlab.agent.reverse_tunnel.info import info_pb2
 from tether.pb.gitlab.agent.reverse_tunnel.rpc import rpc_pb2 as tunnel_pb2
 from tether.pb.gitlab.agent.reverse_tunnel.rpc import rpc_pb2_grpc as tunnel_grpc
+from tether.tool.grpc_stream import CallWriter
 
 #: Real agents each have their own connection; ten per connection keeps the simulator process small.
 AGENTS_PER_CHANNEL = 10
@@ -33,24 +33,24 @@ DESCRIPTOR = tunnel_pb2.ConnectRequest(
 )
 
 
-async def tunnel_requests(stop: asyncio.Event) -> AsyncIterator[tunnel_pb2.ConnectRequest]:
-    yield DESCRIPTOR
-    await stop.wait()
-
-
 ENDED: dict[str, int] = {}
 
 
 async def keep_tunnel(
     stub: tunnel_grpc.ReverseTunnelStub, metadata: tuple[tuple[str, str], ...], stop: asyncio.Event
 ) -> None:
-    """One idle tunnel, re-opened whenever kas ends it, as agentk's pool does."""
+    """One idle tunnel, re-opened whenever kas ends it, as agentk's pool does.
+
+    The descriptor goes through :class:`~tether.tool.grpc_stream.CallWriter`, as in agentk: a write racing the
+    stream's end must not hide the status kas ended it with.
+    """
     while not stop.is_set():
-        call = stub.Connect(tunnel_requests(stop), metadata=metadata)
+        call = stub.Connect(metadata=metadata)
         try:
-            async for _ in call:
+            await CallWriter(call).write(DESCRIPTOR.SerializeToString())
+            while await call.read() is not grpc.aio.EOF:
                 pass
-            reason = "OK"
+            reason = (await call.code()).name
         except grpc.aio.AioRpcError as exc:
             reason = exc.code().name
             if reason not in ENDED:
