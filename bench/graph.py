@@ -41,6 +41,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 import msgspec
@@ -133,7 +134,7 @@ class Api:
         """Pods in phase Running (selectors give no remainingItemCount: page through)."""
         total, token = 0, ""
         while True:
-            query = "?limit=5000&fieldSelector=status.phase%3DRunning" + (f"&continue={token}" if token else "")
+            query = "?limit=5000&fieldSelector=status.phase%3DRunning" + (f"&continue={quote(token)}" if token else "")
             page = await self.request("GET", f"/api/v1/namespaces/{namespace}/pods{query}")
             total += len(page["items"])
             token = page["metadata"].get("continue", "")
@@ -145,7 +146,7 @@ class Api:
         for base, resource in COLLECTIONS:
             token = ""
             while True:
-                query = f"?limit=2000&continue={token}" if token else "?limit=2000"
+                query = f"?limit=2000&continue={quote(token)}" if token else "?limit=2000"
                 page = await self.request("GET", f"{base}/namespaces/{namespace}/{resource}{query}")
                 total += len(page["items"])
                 token = page["metadata"].get("continue", "")
