@@ -28,6 +28,7 @@ from tether.hub.api.routes_members import router as members_router
 from tether.hub.api.routes_projects import router as projects_router
 from tether.hub.api.routes_sessions import router as sessions_router
 from tether.hub.api.routes_users import router as users_router
+from tether.hub.api.routes_workspaces_internal import router as workspaces_internal_router
 from tether.hub.api.state import HubState
 from tether.hub.config import HubConfig
 from tether.hub.db.engine import Database
@@ -91,6 +92,7 @@ def create_app(config: HubConfig, gitlab_secret: bytes) -> FastAPI:
         agents_router,
         agent_tokens_router,
         agent_config_router,
+        workspaces_internal_router,  # before internal_router: its catch-all would answer 404
         internal_router,
     ):
         api.include_router(router)

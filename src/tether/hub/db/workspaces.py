@@ -74,4 +74,3 @@ class Workspace(Base):
     max_hours_before_termination: Mapped[int] = mapped_column(Integer, default=8760)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, onupdate=utcnow)
-

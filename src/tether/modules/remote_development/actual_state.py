@@ -146,7 +146,9 @@ def explain_failure(deployment: Mapping[str, Any] | None, pod_failure: Mapping[s
         conditions = found if isinstance(found, list) else []
     replica_failure = _condition(conditions, "ReplicaFailure")
     if replica_failure is not None and replica_failure.get("status") == "True":
-        return Failure(str(replica_failure.get("reason") or "ReplicaFailure"), str(replica_failure.get("message") or ""))
+        return Failure(
+            str(replica_failure.get("reason") or "ReplicaFailure"), str(replica_failure.get("message") or "")
+        )
     progressing = _condition(conditions, "Progressing")
     if progressing is not None and progressing.get("reason") == "ProgressDeadlineExceeded":
         return Failure("ProgressDeadlineExceeded", str(progressing.get("message") or ""))
@@ -161,8 +163,10 @@ def calculate_with_failure(
     error_details: object,
     pod_failure: Mapping[str, Any] | None,
 ) -> tuple[State, Failure | None]:
-    """:func:`calculate`, then Tether's fast failure: a workspace upstream would still call ``Starting`` (or
-    ``Unknown`` with a Deployment) becomes ``Failed`` when :func:`explain_failure` finds a reason.
+    """:func:`calculate`, then Tether's fast failure.
+
+    A workspace upstream would still call ``Starting`` (or ``Unknown`` with a Deployment) becomes ``Failed``
+    when :func:`explain_failure` finds a reason.
 
     Returns:
         (state, failure): failure is set only when the state is ``Failed``.

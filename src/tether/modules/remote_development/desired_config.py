@@ -271,7 +271,12 @@ def _scripts(ws: WorkspaceSpec, owner: str) -> dict[str, Any]:
 def _quota(ws: WorkspaceSpec, owner: str) -> dict[str, Any]:
     limits = ws.settings.max_resources_per_workspace
     hard = {f"{kind}.{key}": value for kind in ("limits", "requests") for key, value in limits.get(kind, {}).items()}
-    return {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": _metadata(ws, ws.name, owner), "spec": {"hard": hard}}
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": _metadata(ws, ws.name, owner),
+        "spec": {"hard": hard},
+    }
 
 
 def _secret(ws: WorkspaceSpec, name: str, owner: str, data: Mapping[str, str]) -> dict[str, Any]:

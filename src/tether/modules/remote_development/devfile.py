@@ -126,9 +126,10 @@ def _text(value: Mapping[str, Any], key: str, where: str, required: bool = False
         if required:
             raise DevfileError(f"{where}.{key}", "is missing")
         return ""
-    if not isinstance(value[key], str):
+    found = value[key]
+    if not isinstance(found, str):
         raise DevfileError(f"{where}.{key}", "must be a string")
-    return value[key]
+    return found
 
 
 def _strings(value: Mapping[str, Any], key: str, where: str) -> list[str]:

@@ -72,8 +72,9 @@ def _resources(value: object) -> dict[str, dict[str, str]]:
 
 
 def from_configuration(section: Mapping[str, Any] | None) -> WorkspacesSettings:
-    """Settings from the ``remote_development`` section of an agent configuration document (protobuf JSON,
-    snake_case names); absent fields take the defaults.
+    """Settings from the ``remote_development`` section of an agent configuration document.
+
+    The section is protobuf JSON with snake_case names; absent fields take the defaults.
 
     Raises:
         ValueError: rules the configuration parser cannot express (reference §6.3): hours out of 1..8760,
