@@ -34,6 +34,7 @@ from tether.hub.config import HubConfig
 from tether.hub.db.engine import Database
 from tether.hub.db.migrate import ensure_current
 from tether.hub.kas_client import KasApiClient
+from tether.hub.workspaces.graphql import router as graphql_router
 from tether.tool.secrets import load_base64_secret
 
 log = logging.getLogger(__name__)
@@ -103,6 +104,7 @@ def create_app(config: HubConfig, gitlab_secret: bytes) -> FastAPI:
         return {"version": __version__, "revision": "tether"}
 
     app.include_router(api)
+    app.include_router(graphql_router())
     app.include_router(sessions_router)
 
     @app.get("/-/health", tags=["meta"], summary="Liveness")
