@@ -33,7 +33,13 @@ def dep(
     if unavail is not None:
         status["unavailableReplicas"] = unavail
     spec: dict[str, Any] = {} if replicas is None else {"replicas": replicas}
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"resourceVersion": rv}, "spec": spec, "status": status}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"resourceVersion": rv},
+        "spec": spec,
+        "status": status,
+    }
 
 
 P_AVAIL = "Progressing/NewReplicaSetAvailable"

@@ -118,7 +118,9 @@ def test_v10_invariants() -> None:
     file_secret = next(o for o in objects if o["metadata"]["name"] == "ws-a-file")
     assert base64.b64decode(file_secret["data"]["gl_workspace_reconciled_actual_state.txt"]).decode() == "Starting"
     for desired in ("Stopped", "RestartRequested"):
-        stopped = next(o for o in resources(spec(desired_state=desired), Inclusion.PARTIAL) if o["kind"] == "Deployment")
+        stopped = next(
+            o for o in resources(spec(desired_state=desired), Inclusion.PARTIAL) if o["kind"] == "Deployment"
+        )
         assert stopped["spec"]["replicas"] == 0
 
 
@@ -143,16 +145,52 @@ def test_render_is_a_yaml_stream_with_deep_sorted_keys() -> None:
     ("text", "field", "problem"),
     [
         ("schemaVersion: 2.2.0\ncomponents: []\n", "devfile.components", "must be a non-empty list"),
-        ("schemaVersion: 2.0.0\ncomponents: [{name: a, container: {image: x}}]", "devfile.schemaVersion", "not supported"),
-        ("schemaVersion: 2.2.0\ncomponents: [{name: a, container: {}}]", "devfile.components[0].container.image", "is missing"),
-        ("schemaVersion: 2.2.0\nbogus: 1\ncomponents: [{name: a, container: {image: x}}]", "devfile.bogus", "unknown field"),
-        ("schemaVersion: 2.2.0\ncomponents: [{name: a, container: {image: x, colour: red}}]", "devfile.components[0].container.colour", "unknown field"),
-        ("schemaVersion: 2.2.0\ncomponents: [{name: Bad_Name, container: {image: x}}]", "devfile.components[0].name", "not a DNS label"),
-        ("schemaVersion: 2.2.0\ncomponents: [{name: a, kubernetes: {uri: x}}]", "devfile.components[0].kubernetes", "not supported"),
+        (
+            "schemaVersion: 2.0.0\ncomponents: [{name: a, container: {image: x}}]",
+            "devfile.schemaVersion",
+            "not supported",
+        ),
+        (
+            "schemaVersion: 2.2.0\ncomponents: [{name: a, container: {}}]",
+            "devfile.components[0].container.image",
+            "is missing",
+        ),
+        (
+            "schemaVersion: 2.2.0\nbogus: 1\ncomponents: [{name: a, container: {image: x}}]",
+            "devfile.bogus",
+            "unknown field",
+        ),
+        (
+            "schemaVersion: 2.2.0\ncomponents: [{name: a, container: {image: x, colour: red}}]",
+            "devfile.components[0].container.colour",
+            "unknown field",
+        ),
+        (
+            "schemaVersion: 2.2.0\ncomponents: [{name: Bad_Name, container: {image: x}}]",
+            "devfile.components[0].name",
+            "not a DNS label",
+        ),
+        (
+            "schemaVersion: 2.2.0\ncomponents: [{name: a, kubernetes: {uri: x}}]",
+            "devfile.components[0].kubernetes",
+            "not supported",
+        ),
         ("schemaVersion: 2.2.0\ncomponents: [{name: a, volume: {}}]", "devfile.components", "at least one container"),
-        ("schemaVersion: 2.2.0\ncomponents: [{name: a, container: {image: x, endpoints: [{name: w, targetPort: 70000}]}}]", "devfile.components[0].container.endpoints[0].targetPort", "1-65535"),
-        ("schemaVersion: 2.2.0\ncomponents: [{name: a, container: {image: x, memoryLimit: lots}}]", "devfile.components[0].container.memoryLimit", "quantity"),
-        ("schemaVersion: 2.2.0\ncomponents: [{name: a, container: {image: x}}]\nevents: {postStart: [nope]}", "devfile.events.postStart[0]", "not a command id"),
+        (
+            "schemaVersion: 2.2.0\ncomponents: [{name: a, container: {image: x, endpoints: [{name: w, targetPort: 70000}]}}]",
+            "devfile.components[0].container.endpoints[0].targetPort",
+            "1-65535",
+        ),
+        (
+            "schemaVersion: 2.2.0\ncomponents: [{name: a, container: {image: x, memoryLimit: lots}}]",
+            "devfile.components[0].container.memoryLimit",
+            "quantity",
+        ),
+        (
+            "schemaVersion: 2.2.0\ncomponents: [{name: a, container: {image: x}}]\nevents: {postStart: [nope]}",
+            "devfile.events.postStart[0]",
+            "not a command id",
+        ),
         ("[1, 2", "devfile", "not valid YAML"),
         ("- a list", "devfile", "must be a mapping"),
     ],

@@ -57,11 +57,11 @@ def partial(info: dict[str, Any]) -> dict[str, Any]:
         ),
         (
             partial({**INFO, "error_details": {"error_type": "INVALID ERROR TYPE"}}),
-            "property '/workspace_agent_infos/0/error_details/error_type' is not one of: [\"applier\", \"kubernetes\"]",
+            'property \'/workspace_agent_infos/0/error_details/error_type\' is not one of: ["applier", "kubernetes"]',
         ),
         (
             partial({"termination_progress": "invalidValue"}),
-            "property '/workspace_agent_infos/0/termination_progress' is not one of: [\"Terminating\", \"Terminated\"]",
+            'property \'/workspace_agent_infos/0/termination_progress\' is not one of: ["Terminating", "Terminated"]',
         ),
     ],
 )

@@ -11,7 +11,6 @@ permission" message, so nothing leaks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated
 from urllib.parse import quote
@@ -21,7 +20,7 @@ from fastapi import Depends, Request
 from sqlalchemy import and_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from strawberry.extensions import MaxTokensLimiter, QueryDepthLimiter
-from strawberry.fastapi import GraphQLRouter
+from strawberry.fastapi import BaseContext, GraphQLRouter
 from strawberry.types import Info
 
 from tether.hub.api.auth import authenticated
@@ -47,12 +46,13 @@ GID_USER = "gid://gitlab/User/"
 MAX_PAGE = 1000
 
 
-@dataclass
-class Context:
+class Context(BaseContext):
     """Per request: the caller and the database."""
 
-    principal: Principal
-    db: Database
+    def __init__(self, principal: Principal, db: Database) -> None:
+        super().__init__()
+        self.principal = principal
+        self.db = db
 
 
 def _id(value: str | int, prefix: str, argument: str) -> int:
