@@ -15,6 +15,7 @@ from tether.devenv.build import BuildError
 from tether.devenv.commands import console, dev
 from tether.devenv.process import EnvironmentProblem
 from tether.hub.command import hub
+from tether.hub.workspaces.command import workspace_command
 from tether.kas.command import kas_command
 from tether.modules.graph.command import graph_command
 from tether.up import UpOptions, run_up
@@ -66,6 +67,7 @@ cli.add_command(kas_command)
 cli.add_command(agentk_command)
 cli.add_command(hub)
 cli.add_command(graph_command)
+cli.add_command(workspace_command)
 
 
 def main() -> None:
