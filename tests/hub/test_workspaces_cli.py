@@ -18,7 +18,9 @@ TETHER = str(Path(sys.executable).with_name("tether"))
 
 def run(hub: RealHub, token: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "TETHER_HUB_URL": hub.url, "TETHER_PAT": token}
-    return subprocess.run([TETHER, "workspace", *args], env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [TETHER, "workspace", *args], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
 
 
 @pytest.mark.parametrize("hub_backend", ["sqlite"], indirect=True)

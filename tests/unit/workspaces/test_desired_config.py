@@ -177,7 +177,8 @@ def test_render_is_a_yaml_stream_with_deep_sorted_keys() -> None:
         ),
         ("schemaVersion: 2.2.0\ncomponents: [{name: a, volume: {}}]", "devfile.components", "at least one container"),
         (
-            "schemaVersion: 2.2.0\ncomponents: [{name: a, container: {image: x, endpoints: [{name: w, targetPort: 70000}]}}]",
+            "schemaVersion: 2.2.0\ncomponents: [{name: a, container: {image: x, endpoints: "
+            "[{name: w, targetPort: 0}]}}]",
             "devfile.components[0].container.endpoints[0].targetPort",
             "1-65535",
         ),
