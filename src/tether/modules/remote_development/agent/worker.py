@@ -1,0 +1,184 @@
+"""The agentk module's loop: leader only, full and partial reconciliation on their timers (reference §5.1-§5.2).
+
+The module waits for a configuration with ``remote_development.enabled``, then competes for the Lease
+``agent-<agent id>-lock`` in its pod's namespace. The leader watches the workspaces and reconciles: a full
+sync at once, then a partial one every ``partial_sync_interval`` after the previous run ended, and a full one
+every ``full_sync_interval``; a new leader and every configuration change start over with a full sync.
+Failed runs are logged and retried at the next tick (a failed full sync is retried as full).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from tether.kube.client import KubeClient
+from tether.kube.lease import LeaderElector
+from tether.modules.remote_development import MODULE_NAME
+from tether.modules.remote_development.agent.informer import WorkspaceInformer
+from tether.modules.remote_development.agent.reconciler import Reconciler
+from tether.modules.remote_development.settings import DEFAULT_FULL_SYNC_SECONDS, DEFAULT_PARTIAL_SYNC_SECONDS
+from tether.pb.gitlab.agent.agentcfg import agentcfg_pb2
+
+_log = structlog.get_logger(__name__)
+#: How long the watch may take to list everything before the first run goes ahead anyway.
+SYNC_WAIT_S = 30.0
+
+#: Sends a module request to the hub: (path, JSON body) -> (status, body bytes); raises when unreachable.
+HubRequest = Callable[[str, bytes], Awaitable[tuple[int, bytes]]]
+
+
+class ReconcileRefused(Exception):
+    """The hub answered something other than 201; the message carries its status and error text."""
+
+
+@dataclass(frozen=True)
+class SyncSettings:
+    """The module's part of the agent configuration.
+
+    Attributes:
+        enabled: workspaces on.
+        partial_s, full_s: the intervals in seconds (defaults 10 s and 1 h; must be > 0).
+    """
+
+    enabled: bool
+    partial_s: float
+    full_s: float
+
+    @classmethod
+    def from_configuration(cls, configuration: agentcfg_pb2.AgentConfiguration) -> SyncSettings:
+        """Defaults applied (upstream ``DefaultAndValidateConfiguration``); zero or negative means default."""
+        section = configuration.remote_development
+        partial = section.partial_sync_interval.ToTimedelta().total_seconds()
+        full = section.full_sync_interval.ToTimedelta().total_seconds()
+        return cls(
+            enabled=section.enabled,
+            partial_s=partial if partial > 0 else DEFAULT_PARTIAL_SYNC_SECONDS,
+            full_s=full if full > 0 else DEFAULT_FULL_SYNC_SECONDS,
+        )
+
+
+class RemoteDevelopmentWorker:
+    """The leader's loop for one configuration.
+
+    Args:
+        client: API client.
+        request: sends module requests to the hub through kas.
+        agent_id: the agent's id.
+        settings: the intervals.
+    """
+
+    def __init__(self, client: KubeClient, request: HubRequest, agent_id: int, settings: SyncSettings) -> None:
+        self._client = client
+        self._request = request
+        self._agent_id = agent_id
+        self._settings = settings
+        self.runs = 0
+        self.last_error = ""
+
+    async def _send(self, body: dict[str, Any]) -> dict[str, Any]:
+        status, answer = await self._request("/reconcile", json.dumps(body).encode())
+        if status != 201:
+            raise ReconcileRefused(f"the hub answered {status}: {answer[:500].decode(errors='replace')}")
+        decoded = json.loads(answer)
+        if not isinstance(decoded, dict):
+            raise ReconcileRefused("the hub's answer is not a JSON object")
+        return decoded
+
+    async def run(self) -> None:
+        """Reconcile until cancelled."""
+        informer = WorkspaceInformer(self._client, self._agent_id)
+        informer.start()
+        try:
+            if not await informer.wait_synced(SYNC_WAIT_S):
+                _log.warning("workspaces_watch_not_synced", waited_s=SYNC_WAIT_S, error=informer.last_error)
+            reconciler = Reconciler(self._client, informer, self._agent_id)
+            next_full = time.monotonic() + self._settings.full_s
+            while True:
+                if time.monotonic() >= next_full:
+                    reconciler = Reconciler(self._client, informer, self._agent_id)
+                    next_full = time.monotonic() + self._settings.full_s
+                kind = "partial" if reconciler.full_done else "full"
+                started = time.monotonic()
+                try:
+                    answered = await reconciler.run(self._send)
+                    self.runs += 1
+                    self.last_error = ""
+                    _log.debug(
+                        "workspaces_reconciled",
+                        kind=kind,
+                        workspaces=answered,
+                        ms=round((time.monotonic() - started) * 1000),
+                    )
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    self.last_error = str(exc)
+                    _log.warning("workspaces_reconcile_failed", kind=kind, error=str(exc))
+                await asyncio.sleep(self._settings.partial_s)
+        finally:
+            await informer.stop()
+
+
+class RemoteDevelopmentAgent:
+    """The ``remote_development`` agentk module: configuration in, leader election, worker per configuration.
+
+    Args:
+        client: API client with agentk's credentials.
+        request: sends module requests to the hub through kas (``gitlab_access``).
+        pod_namespace, pod_name: where the Lease lives and this replica's identity.
+    """
+
+    name = MODULE_NAME
+
+    def __init__(self, client: KubeClient, request: HubRequest, pod_namespace: str, pod_name: str) -> None:
+        self._client = client
+        self._request = request
+        self._pod_namespace = pod_namespace
+        self._pod_name = pod_name
+        self._agent_id = 0
+        self._settings: SyncSettings | None = None
+        self._changed = asyncio.Event()
+        self.elector: LeaderElector | None = None
+        self.worker: RemoteDevelopmentWorker | None = None
+
+    def on_configuration(self, configuration: agentcfg_pb2.AgentConfiguration) -> None:
+        """Take a new agent configuration; a change of the module's section restarts the worker (full sync)."""
+        settings = SyncSettings.from_configuration(configuration)
+        self._agent_id = configuration.agent_id
+        if settings != self._settings:
+            self._settings = settings
+            self._changed.set()
+
+    async def run(self) -> None:
+        """Wait for workspaces to be enabled, then elect and lead until cancelled."""
+        while self._settings is None or not self._settings.enabled or not self._agent_id:
+            self._changed.clear()
+            await self._changed.wait()
+        self.elector = LeaderElector(self._client, self._pod_namespace, f"agent-{self._agent_id}-lock", self._pod_name)
+        await self.elector.run(self._lead)
+
+    async def _lead(self) -> None:
+        while True:
+            self._changed.clear()
+            settings = self._settings
+            assert settings is not None
+            task: asyncio.Task[None] | None = None
+            if settings.enabled:
+                self.worker = RemoteDevelopmentWorker(self._client, self._request, self._agent_id, settings)
+                task = asyncio.create_task(self.worker.run(), name="remote_development worker")
+                _log.info("workspaces_worker_started", partial_s=settings.partial_s, full_s=settings.full_s)
+            try:
+                await self._changed.wait()
+            finally:
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
