@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,3 +105,24 @@ def deployment(name: str, namespace: str, rv: str, replicas: int, available: int
 
 def info(name: str, namespace: str, **fields: Any) -> dict[str, Any]:
     return {"name": name, "namespace": namespace, **fields}
+
+
+PV = """apiVersion: v1
+kind: PersistentVolume
+metadata:
+  name: {name}
+  labels: {{tether.test/workspace-volume: "true"}}
+spec:
+  capacity: {{storage: 50Gi}}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Retain
+  hostPath: {{path: /tmp/{name}}}
+"""
+
+
+def volumes(kubectl: Any, count: int) -> list[str]:
+    """Static PersistentVolumes for ``count`` workspaces: the test cluster has no storage provisioner, and the
+    PV binder of kube-controller-manager binds a workspace's data claim to one of these."""
+    names = [f"ws-pv-{uuid.uuid4().hex[:10]}" for _ in range(count)]
+    kubectl.run("apply", "-f", "-", input_text="---\n".join(PV.format(name=n) for n in names))
+    return names

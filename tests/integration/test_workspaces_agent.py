@@ -1,0 +1,88 @@
+"""The agentk half of remote_development against the real cluster and a real hub (no kas in between).
+
+The same flows run through kas in ``tests/e2e/test_workspaces.py``; this test isolates the agent's
+reconciler, applier and lease from the tunnel layer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.fixtures.hub import RealHub
+from tests.fixtures.k8s import Kubectl
+from tests.hub.workspace_helpers import UPDATE, WorkspaceSetup, create, graphql, volumes, workspace_setup
+from tests.support.polling import poll
+from tether.devenv.cluster import ClusterInfo
+from tether.kube.client import KubeClient
+from tether.kube.kubeconfig import load_credentials
+from tether.modules.remote_development.agent.worker import RemoteDevelopmentWorker, SyncSettings
+
+pytestmark = [pytest.mark.k8s, pytest.mark.parametrize("hub_backend", ["sqlite"], indirect=True)]
+
+
+def direct_request(hub: RealHub, ws: WorkspaceSetup) -> Any:
+    async def request(path: str, body: bytes) -> tuple[int, bytes]:
+        url = f"{hub.api_url}/internal/kubernetes/modules/remote_development{path}"
+        headers = {**hub.kas_headers(), "Gitlab-Agent-Api-Request": ws.agent_token, "Content-Type": "application/json"}
+        async with aiohttp.ClientSession() as session, session.post(url, data=body, headers=headers) as response:
+            return response.status, await response.read()
+
+    return request
+
+
+def state(hub: RealHub, name: str) -> dict[str, Any]:
+    return hub.db.rows(
+        "SELECT desired_state, actual_state, actual_state_message FROM workspaces WHERE name = :n", n=name
+    )[0]
+
+
+async def wait_state(hub: RealHub, name: str, actual: str, limit: float = 60.0) -> dict[str, Any]:
+    async def check() -> dict[str, Any] | None:
+        row = state(hub, name)
+        return row if row["actual_state"] == actual else None
+
+    return await poll(check, f"{name} actual state {actual} (now {state(hub, name)})", limit=limit, interval=0.2)
+
+
+async def test_workspace_lifecycle_on_the_cluster(hub: RealHub, k8s_cluster: ClusterInfo, kubectl: Kubectl) -> None:
+    ws = workspace_setup(hub)
+    volumes(kubectl, 1)
+    created = create(hub, ws, name="it-lifecycle")
+    name, namespace = created["name"], created["namespace"]
+    kube = KubeClient(load_credentials(str(k8s_cluster.kubeconfig)))
+    worker = RemoteDevelopmentWorker(kube, direct_request(hub, ws), ws.setup.agent_id, SyncSettings(True, 0.5, 3600))
+    task = asyncio.create_task(worker.run())
+    token = ws.setup.tokens["developer"]
+    try:
+        await wait_state(hub, name, "Running")
+        deployment = kubectl.json("get", "deployment", name, "-n", namespace, "--show-managed-fields")
+        assert deployment["metadata"]["labels"]["agent.gitlab.com/id"] == str(ws.setup.agent_id)
+        inventory = kubectl.json("get", "configmap", f"{name}-workspace-inventory", "-n", namespace)
+        assert f"{namespace}_{name}_apps_Deployment" in inventory["data"]
+        managers = {m["manager"] for m in deployment["metadata"]["managedFields"]}
+        assert "agentk" in managers
+
+        graphql(hub, token, UPDATE, {"id": created["id"], "state": "Stopped"})
+        await wait_state(hub, name, "Stopped")
+        graphql(hub, token, UPDATE, {"id": created["id"], "state": "Running"})
+        await wait_state(hub, name, "Running")
+        graphql(hub, token, UPDATE, {"id": created["id"], "state": "RestartRequested"})
+        await poll(
+            lambda: asyncio.sleep(0, state(hub, name)["desired_state"] == "Running"),
+            "restart flip",
+            limit=60,
+            interval=0.2,
+        )
+        await wait_state(hub, name, "Running")
+        graphql(hub, token, UPDATE, {"id": created["id"], "state": "Terminated"})
+        await wait_state(hub, name, "Terminated", limit=120)
+        gone = kubectl.run("get", "namespace", namespace, check=False)
+        assert gone.returncode != 0 and "NotFound" in gone.stderr
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await kube.close()
