@@ -86,3 +86,39 @@ async def test_workspace_lifecycle_on_the_cluster(hub: RealHub, k8s_cluster: Clu
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await kube.close()
+
+
+FAILING_DEVFILE = """schemaVersion: 2.2.0
+components:
+  - name: tooling
+    container:
+      image: registry.tether.invalid/image-pull-fails:1
+"""
+
+REFUSED_DEVFILE = """schemaVersion: 2.2.0
+components:
+  - name: tooling
+    container:
+      image: registry.example/tools:1
+      endpoints: [{name: an-endpoint-name-too-long-for-a-port, targetPort: 8080}]
+"""
+
+
+async def test_failing_image_and_refused_apply(hub: RealHub, k8s_cluster: ClusterInfo, kubectl: Kubectl) -> None:
+    ws = workspace_setup(hub)
+    volumes(kubectl, 2)
+    failing = create(hub, ws, name="it-pull-fails", devfile=FAILING_DEVFILE)
+    refused = create(hub, ws, name="it-refused", devfile=REFUSED_DEVFILE)
+    kube = KubeClient(load_credentials(str(k8s_cluster.kubeconfig)))
+    worker = RemoteDevelopmentWorker(kube, direct_request(hub, ws), ws.setup.agent_id, SyncSettings(True, 0.5, 3600))
+    task = asyncio.create_task(worker.run())
+    try:
+        row = await wait_state(hub, failing["name"], "Failed")
+        assert row["actual_state_message"].startswith("ImagePullBackOff: Back-off pulling image")
+        row = await wait_state(hub, refused["name"], "Error")
+        assert "Deployment gl-rd-ns-" in row["actual_state_message"]
+        assert "must be no more than 15 characters" in row["actual_state_message"]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await kube.close()
