@@ -13,7 +13,7 @@ import functools
 import logging
 import signal
 import sys
-from collections.abc import MutableMapping
+from collections.abc import MutableMapping, Sequence
 from typing import Any
 
 import grpc
@@ -28,10 +28,13 @@ from tether.agentk.internal_server import InternalServer
 from tether.kube.client import KubeClient, KubeError, ServerVersion
 from tether.kube.kubeconfig import load_credentials
 from tether.modules.agent_configuration.agent_watcher import ConfigurationWatcher, build_agent_meta
+from tether.modules.gitlab_access.client import make_gitlab_request
 from tether.modules.graph.agent import GraphServicer
 from tether.modules.kubernetes_api.agent import SERVICE as KUBERNETES_API_SERVICE
 from tether.modules.kubernetes_api.agent import KubernetesApiAgent
 from tether.modules.pods.agent import PodsServicer
+from tether.modules.remote_development import MODULE_NAME
+from tether.modules.remote_development.agent.worker import HubRequest, RemoteDevelopmentAgent
 from tether.modules.reverse_tunnel.agent_connection import ConnectedTunnels, TunnelConnection
 from tether.modules.reverse_tunnel.agent_pool import ConnectionPool, PooledConnection, TunnelListener
 from tether.pb.gitlab.agent.agentcfg import agentcfg_pb2
@@ -96,6 +99,7 @@ class AgentkApp:
         self._connected = ConnectedTunnels()
         self._watcher: ConfigurationWatcher | None = None
         self._pool: ConnectionPool | None = None
+        self._workspaces: RemoteDevelopmentAgent | None = None
         self.registry = CollectorRegistry()
         self._register_metrics()
 
@@ -156,6 +160,11 @@ class AgentkApp:
             stack.push_async_callback(self._pool.stop, config.shutdown_grace_s)
 
             agent_meta = build_agent_meta(await _kube_version(kube))
+            self._workspaces = RemoteDevelopmentAgent(
+                kube, _hub_request(kas_channel, metadata), agent_meta.pod_namespace, agent_meta.pod_name
+            )
+            workspaces_task = asyncio.create_task(self._workspaces.run(), name="remote_development")
+            stack.push_async_callback(_cancel_and_wait, workspaces_task)
             self._watcher = ConfigurationWatcher(kas_channel, agent_meta, self._on_configuration, metadata=metadata)
             watcher_task = asyncio.create_task(self._watcher.run(), name="configuration-watcher")
             stack.push_async_callback(_cancel_and_wait, watcher_task)
@@ -168,6 +177,8 @@ class AgentkApp:
     def _on_configuration(self, configuration: agentcfg_pb2.AgentConfiguration) -> None:
         # Modules that consume the configuration subscribe here as they are added (kas.md §6.3 "Apply").
         _log_context.fields["agent_id"] = configuration.agent_id
+        if self._workspaces is not None:
+            self._workspaces.on_configuration(configuration)
 
     def _kas_channel(self) -> aio.Channel:
         config = self._config
@@ -218,6 +229,14 @@ class AgentkApp:
 
     def _pool_count(self, field: str) -> float:
         return float(getattr(self._pool.stats, field)) if self._pool is not None else 0.0
+
+
+def _hub_request(channel: aio.Channel, metadata: Sequence[tuple[str, str]]) -> HubRequest:
+    async def request(path: str, body: bytes) -> tuple[int, bytes]:
+        response = await make_gitlab_request(channel, metadata, MODULE_NAME, path, method="POST", body=body)
+        return response.status, response.body
+
+    return request
 
 
 async def _cancel_and_wait(task: asyncio.Task[None]) -> None:

@@ -31,6 +31,7 @@ from tether.kas.observability import GaugeCollector, ObservabilityServer
 from tether.modules.agent_configuration.kas_server import AgentConfigurationServicer
 from tether.modules.agent_tracker.api import AgentTrackerServicer
 from tether.modules.agent_tracker.tracker import AgentTracker
+from tether.modules.gitlab_access.server import GitlabAccessServicer
 from tether.modules.kubernetes_api.auth import ProxyUserAuthorizer
 from tether.modules.kubernetes_api.server import KubernetesApiProxy
 from tether.modules.pods.kas import ROUTED_METHODS as POD_METHODS
@@ -45,6 +46,7 @@ from tether.modules.routing.router import Router, RoutingOptions
 from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2_grpc as config_grpc
 from tether.pb.gitlab.agent.agent_tracker.rpc import rpc_pb2_grpc as tracker_grpc
 from tether.pb.gitlab.agent.event.event_pb2 import TunnelsAvailable
+from tether.pb.gitlab.agent.gitlab_access.rpc import rpc_pb2_grpc as gitlab_access_grpc
 from tether.pb.gitlab.agent.kas.instance_pb2 import KasInstanceInfo
 from tether.pb.gitlab.agent.reverse_tunnel.rpc import rpc_pb2_grpc as tunnel_grpc
 from tether.tool.events import EventBus
@@ -254,6 +256,7 @@ class KasApp:
             ),
             server,
         )
+        gitlab_access_grpc.add_GitlabAccessServicer_to_server(GitlabAccessServicer(self.auth, self.gitlab), server)
         return server
 
     def _api_server(self, secret: bytes) -> grpc.aio.Server:
