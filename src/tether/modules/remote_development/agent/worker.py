@@ -111,7 +111,8 @@ class RemoteDevelopmentWorker:
                     answered = await reconciler.run(self._send)
                     self.runs += 1
                     self.last_error = ""
-                    _log.debug(
+                    # Full syncs are rare (hourly, restarts, leader changes): worth a line at info level.
+                    (_log.info if kind == "full" else _log.debug)(
                         "workspaces_reconciled",
                         kind=kind,
                         workspaces=answered,
