@@ -34,7 +34,7 @@ async def test_one_leader_release_and_takeover(k8s_cluster: ClusterInfo, k8s_nam
         return elector, asyncio.create_task(elector.run(lead))
 
     try:
-        a, task_a = candidate("pod-a")
+        _a, task_a = candidate("pod-a")
         await poll(lambda: asyncio.sleep(0, leading == ["pod-a"]), "pod-a leads", limit=10)
         b, task_b = candidate("pod-b")
         await asyncio.sleep(2)
@@ -46,7 +46,7 @@ async def test_one_leader_release_and_takeover(k8s_cluster: ClusterInfo, k8s_nam
         await poll(lambda: asyncio.sleep(0, leading == ["pod-b"]), "pod-b takes over after release", limit=5)
 
         # Crash: pod-b stops renewing without releasing; pod-c waits out the lease duration, then leads.
-        c, task_c = candidate("pod-c")
+        _c, task_c = candidate("pod-c")
         b._release = asyncio.sleep  # type: ignore[method-assign,assignment]  # a crash releases nothing
         task_b.cancel()
         await asyncio.gather(task_b, return_exceptions=True)
