@@ -14,7 +14,7 @@ from grpc import aio
 from tests.fixtures.hub import HubLauncher, RealHub
 from tests.fixtures.system import KasProc, System
 from tests.hub.helpers import kas_config, project_with_agent
-from tests.hub.workspace_helpers import RD_CONFIG
+from tests.hub.workspace_helpers import RD_CONFIG, bulk_create
 from tether.devenv.redis_server import RedisServer
 from tether.hub.server import HubServer
 from tether.modules.gitlab_access.client import GitlabRequestError, make_gitlab_request
@@ -36,11 +36,12 @@ def hub_and_kas(
     try:
         kas = system.kas()
         launcher.start(hub, {"kas.api_address": kas.api_target})
-        setup = project_with_agent(hub, roles=())
+        setup = project_with_agent(hub, roles=("developer",))
         kas_config(hub, setup, RD_CONFIG)
         token = hub.api().post(
             f"/projects/{setup.project_id}/cluster_agents/{setup.agent_id}/tokens", json={"name": "a"}
         )
+        bulk_create(hub, setup, setup.agent_id, 40, "many")
         yield hub, kas, token.json()["token"]
     finally:
         system.stop_all()
@@ -90,7 +91,8 @@ async def test_requests_pass_through_and_hub_errors_arrive_unchanged(hub_and_kas
         ok = await make_gitlab_request(
             channel, meta(token), "remote_development", "/reconcile", method="POST", body=body
         )
-        assert ok.status == 201 and json.loads(ok.body)["workspace_rails_infos"] == []
+        assert ok.status == 201 and len(ok.body) > 200_000  # forty workspaces with all their objects
+        assert len(json.loads(ok.body)["workspace_rails_infos"]) == 40
         bad = await make_gitlab_request(
             channel, meta(token), "remote_development", "/reconcile", method="POST", body=b"{}"
         )

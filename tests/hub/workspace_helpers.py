@@ -126,3 +126,22 @@ def volumes(kubectl: Any, count: int) -> list[str]:
     names = [f"ws-pv-{uuid.uuid4().hex[:10]}" for _ in range(count)]
     kubectl.run("apply", "-f", "-", input_text="---\n".join(PV.format(name=n) for n in names))
     return names
+
+
+def bulk_create(hub: RealHub, setup: Setup, agent_id: int, count: int, prefix: str) -> None:
+    """Create ``count`` workspaces for the developer directly through the hub's service layer (fast set-up)."""
+    from tether.hub.service.principal import Principal  # noqa: PLC0415 - only the bulk helpers need it
+    from tether.hub.workspaces import operations  # noqa: PLC0415
+
+    principal = Principal(
+        user_id=setup.user_ids["developer"], username="developer", admin=False, scopes=frozenset({"api"})
+    )
+
+    async def work(session: Any) -> None:
+        for i in range(count):
+            request = operations.CreateRequest(
+                agent_id, setup.project_id, "Running", devfile=DEVFILE, name=f"{prefix}-{i}"
+            )
+            await operations.create(session, principal, request)
+
+    hub.db.session(work)

@@ -246,13 +246,15 @@ class GitlabClient:
         async with self._session.request(
             method, url, params=query or [], headers=sent, data=body, allow_redirects=False
         ) as resp:
-            data = await resp.content.read(max_response_bytes + 1)
-            if len(data) > max_response_bytes:
-                raise GitlabClientError(502, url, f"answer longer than {max_response_bytes} bytes")
+            data = bytearray()
+            async for chunk in resp.content.iter_chunked(64 * 1024):
+                data += chunk
+                if len(data) > max_response_bytes:
+                    raise GitlabClientError(502, url, f"answer longer than {max_response_bytes} bytes")
             answer_headers: dict[str, list[str]] = {}
             for key, value in resp.headers.items():
                 answer_headers.setdefault(key, []).append(value)
-            return ModuleResponse(resp.status, resp.reason or "", answer_headers, data)
+            return ModuleResponse(resp.status, resp.reason or "", answer_headers, bytes(data))
 
     async def close(self) -> None:
         """Close the HTTP session."""
