@@ -138,7 +138,7 @@ def test_render_is_a_yaml_stream_with_deep_sorted_keys() -> None:
     assert text.startswith("--- ")
     documents = list(yaml.safe_load_all(text))
     assert documents == objects
-    assert render([{"a": {"z": 1, "a": 1}}]) == '--- {"a": {"a": 1, "z": 1}}\n'
+    assert render([{"a": {"z": 1, "a": 1}}]) == '--- {"a":{"a":1,"z":1}}\n'
 
 
 @pytest.mark.parametrize(

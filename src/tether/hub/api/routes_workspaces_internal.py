@@ -9,11 +9,11 @@ same body, reference §1.5).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+import msgspec
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from tether.hub.api.routes_internal import AgentToken, require_kas_jwt
 from tether.hub.api.state import hub_state
@@ -51,12 +51,13 @@ async def reconcile_route(request: Request, token: AgentToken) -> Any:
         if len(raw) > MAX_BODY_BYTES:
             return _bad(f"{ERROR_PREFIX}body larger than {MAX_BODY_BYTES} bytes", 413)
     try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+        body = msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
         return _bad(f"{ERROR_PREFIX}body is not valid JSON: {exc}")
     try:
         async with state.db.transaction() as session:
             answer = await reconcile(session, owner.agent.id, body)
     except ParamsError as exc:
         return _bad(str(exc))
-    return JSONResponse(answer, status_code=201)
+    # msgspec: a full sync's answer can be megabytes of config.
+    return Response(msgspec.json.encode(answer), status_code=201, media_type="application/json")

@@ -79,11 +79,13 @@ async def reconcile(session: AsyncSession, agent_id: int, body: object) -> dict[
     settings = await agent_settings.versions(session, agent_id, {ws.workspaces_agent_config_version for ws in rows})
     settings[version] = current
     found: set[str] = set()
+    changed: dict[int, Workspace] = {}
     for ws in rows:
         info = reported.get(ws.name)
         if info is None:
             continue
         found.add(ws.name)
+        changed[ws.id] = ws
         _apply_report(ws, info, now)
         own = settings[ws.workspaces_agent_config_version]
         set_desired(
@@ -103,7 +105,9 @@ async def reconcile(session: AsyncSession, agent_id: int, body: object) -> dict[
     if not current.enabled:
         # Workspaces switched off in the agent's configuration: every workspace of the agent is terminated.
         for ws in rows:
-            set_desired(ws, State.TERMINATED, now)
+            if ws.desired_state != State.TERMINATED:
+                set_desired(ws, State.TERMINATED, now)
+                changed[ws.id] = ws
     returned = [
         ws
         for ws in rows
@@ -114,6 +118,23 @@ async def reconcile(session: AsyncSession, agent_id: int, body: object) -> dict[
         )
     ]
     infos = [_rail_info(ws, params.update_type, settings[ws.workspaces_agent_config_version]) for ws in returned]
+    # One executemany instead of the unit of work's row-by-row flush (a partial sync may report thousands).
+    updates = [
+        {
+            "id": ws.id,
+            "desired_state": ws.desired_state,
+            "desired_state_updated_at": ws.desired_state_updated_at,
+            "actual_state": ws.actual_state,
+            "actual_state_updated_at": ws.actual_state_updated_at,
+            "actual_state_message": ws.actual_state_message,
+            "deployment_resource_version": ws.deployment_resource_version,
+            "updated_at": now,
+        }
+        for ws in changed.values()
+    ]
+    session.expunge_all()
+    if updates:
+        await session.execute(update(Workspace), updates)
     if returned:
         await session.execute(
             update(Workspace)

@@ -11,11 +11,12 @@ stuck rollout is reported as ``Failed`` in minutes, not ten.
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from tether.modules.remote_development import AGENT_ID_LABEL, WORKSPACE_ID_LABEL
 from tether.modules.remote_development.devfile import Devfile
@@ -72,12 +73,11 @@ def _metadata(ws: WorkspaceSpec, name: str, owner: str | None) -> dict[str, Any]
     labels = {**ws.settings.labels, AGENT_ID_LABEL: str(ws.agent_id)}
     if ws.settings.shared_namespace:
         labels[WORKSPACE_ID_LABEL] = str(ws.id)
-    max_resources = json.dumps(ws.settings.max_resources_per_workspace, sort_keys=True)
     annotations = {
         **ws.settings.annotations,
         HOST_TEMPLATE: f"{{{{.port}}}}-{ws.name}.{ws.settings.dns_zone}",
         WORKSPACE_ID_ANNOTATION: str(ws.id),
-        MAX_RESOURCES_SHA: hashlib.sha256(max_resources.encode()).hexdigest(),
+        MAX_RESOURCES_SHA: ws.settings.max_resources_sha256,
     }
     if owner is not None:
         annotations[OWNING_INVENTORY] = owner
@@ -324,5 +324,9 @@ def resources(ws: WorkspaceSpec, inclusion: Inclusion) -> list[dict[str, Any]]:
 
 
 def render(objects: list[dict[str, Any]]) -> str:
-    """One YAML stream: each object a ``---`` document with deep-sorted keys; ``""`` for no objects."""
-    return "".join("--- " + json.dumps(obj, sort_keys=True, separators=(", ", ": ")) + "\n" for obj in objects)
+    """One YAML stream: each object a ``---`` document with deep-sorted keys; ``""`` for no objects.
+
+    Each document is a JSON object on one line (JSON is YAML), encoded by msgspec: a full sync of a thousand
+    workspaces renders ten thousand objects.
+    """
+    return "".join(f"--- {msgspec.json.encode(obj, order='sorted').decode()}\n" for obj in objects)

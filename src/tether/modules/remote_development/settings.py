@@ -6,8 +6,11 @@ created with (upstream: paper_trail versions of ``workspaces_agent_configs``).
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any
 
 #: Upstream default egress: anywhere but the private ranges.
@@ -46,6 +49,12 @@ class WorkspacesSettings:
     max_active_hours_before_stop: int = 36
     max_stopped_hours_before_termination: int = 744
     shared_namespace: str = ""
+
+    @cached_property
+    def max_resources_sha256(self) -> str:
+        """Hex SHA-256 of ``max_resources_per_workspace`` (sorted JSON): the objects' change detector (§4.2)."""
+        text = json.dumps(self.max_resources_per_workspace, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON (stored in the database; compared to find a new version)."""
