@@ -53,19 +53,22 @@ def pod_problem(pod: Mapping[str, Any]) -> PodProblem | None:
 
 
 class _Deployments:
-    def __init__(self, notify: Callable[[], None]) -> None:
+    def __init__(self, notify: Callable[[], None], changed: asyncio.Event) -> None:
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}
         self.synced = False
         self.last_error = ""
         self._notify = notify
+        self._changed = changed
 
     def on_upsert(self, obj: dict[str, Any]) -> None:
         metadata = obj.get("metadata") or {}
         metadata.pop("managedFields", None)
         self.objects[(str(metadata.get("namespace", "")), str(metadata.get("name", "")))] = obj
+        self._changed.set()
 
     def on_delete(self, namespace: str, name: str) -> None:
-        self.objects.pop((namespace, name), None)
+        if self.objects.pop((namespace, name), None) is not None:
+            self._changed.set()
 
     def on_synced(self) -> None:
         self.synced = True
@@ -76,8 +79,9 @@ class _Deployments:
 
 
 class _Pods:
-    def __init__(self, notify: Callable[[], None]) -> None:
+    def __init__(self, notify: Callable[[], None], changed: asyncio.Event) -> None:
         self._notify = notify
+        self._changed = changed
         # (namespace, workspace id) -> pod name -> problem; pods without a problem are not kept.
         self.problems: dict[tuple[str, str], dict[str, PodProblem]] = {}
         self.workspace_of: dict[tuple[str, str], str] = {}
@@ -92,6 +96,7 @@ class _Pods:
         if problem is not None:
             self.workspace_of[(namespace, name)] = workspace_id
             self.problems.setdefault((namespace, workspace_id), {})[name] = problem
+            self._changed.set()
 
     def on_delete(self, namespace: str, name: str) -> None:
         workspace_id = self.workspace_of.pop((namespace, name), None)
@@ -120,8 +125,10 @@ class WorkspaceInformer:
     def __init__(self, client: KubeClient, agent_id: int) -> None:
         selector = f"{AGENT_ID_LABEL}={agent_id}"
         self._ready = asyncio.Event()
-        self._deployments = _Deployments(self._check_ready)
-        self._pods = _Pods(self._check_ready)
+        #: Set whenever a workspace's Deployment or pod problem changes (the worker may reconcile early).
+        self.changed = asyncio.Event()
+        self._deployments = _Deployments(self._check_ready, self.changed)
+        self._pods = _Pods(self._check_ready, self.changed)
         self._reflectors = [
             Reflector(client, "/apis/apps/v1/deployments", self._deployments, label_selector=selector),
             Reflector(client, "/api/v1/pods", self._pods, label_selector=selector),

@@ -28,6 +28,9 @@ from tether.modules.remote_development.settings import DEFAULT_FULL_SYNC_SECONDS
 from tether.pb.gitlab.agent.agentcfg import agentcfg_pb2
 
 _log = structlog.get_logger(__name__)
+#: After a change in the cluster, the next partial run waits this long (changes coalesce; the hub sees at
+#: most one request a second from an agent).
+EARLY_RUN_DELAY_S = 1.0
 #: How long the watch may take to list everything before the first run goes ahead anyway.
 SYNC_WAIT_S = 30.0
 
@@ -107,6 +110,7 @@ class RemoteDevelopmentWorker:
                     next_full = time.monotonic() + self._settings.full_s
                 kind = "partial" if reconciler.full_done else "full"
                 started = time.monotonic()
+                informer.changed.clear()  # what changes from now on is for the next run
                 try:
                     answered = await reconciler.run(self._send)
                     self.runs += 1
@@ -123,9 +127,18 @@ class RemoteDevelopmentWorker:
                 except Exception as exc:
                     self.last_error = str(exc)
                     _log.warning("workspaces_reconcile_failed", kind=kind, error=str(exc))
-                await asyncio.sleep(self._settings.partial_s)
+                await self._wait_for_next_run(informer)
         finally:
             await informer.stop()
+
+    async def _wait_for_next_run(self, informer: WorkspaceInformer) -> None:
+        # Tether: a change seen in the cluster is reported after EARLY_RUN_DELAY_S rather than at the next
+        # tick, so Running or Failed reach the user in about a second; quiet clusters wait the whole interval.
+        try:
+            await asyncio.wait_for(informer.changed.wait(), max(self._settings.partial_s - EARLY_RUN_DELAY_S, 0))
+        except TimeoutError:
+            return
+        await asyncio.sleep(EARLY_RUN_DELAY_S)
 
 
 class RemoteDevelopmentAgent:
