@@ -47,7 +47,7 @@ from tether.hub.service.principal import Principal
 from tether.hub.workspaces import operations
 from tether.kube.client import KubeClient
 from tether.kube.kubeconfig import load_credentials
-from tether.modules.gitlab_access.client import make_gitlab_request
+from tether.modagent.gitlab_request import make_gitlab_request
 
 RESULTS = Path(__file__).parent / "results" / "workspaces.json"
 CONFIG = "remote_development:\n  enabled: true\n  dns_zone: workspaces.example.com\n"

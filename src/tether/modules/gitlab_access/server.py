@@ -17,8 +17,11 @@ from collections.abc import AsyncIterator
 import aiohttp
 import grpc
 
-from tether.kas.agent_auth import AgentAuthenticator, AuthError, bearer_token
-from tether.kas.gitlab_client import GitlabClient, GitlabClientError
+from tether.modserver.agent_auth import AgentAuthenticator, AuthError, bearer_token
+from tether.modserver.api import ServerApi
+from tether.modserver.gitlab_client import GitlabClient, GitlabClientError
+from tether.modshared.module import IdleModule, Module
+from tether.modules.gitlab_access import MODULE_NAME
 from tether.pb.gitlab.agent.gitlab_access.rpc import rpc_pb2, rpc_pb2_grpc
 from tether.pb.gitlab.agent.grpctool import grpctool_pb2
 from tether.pb.gitlab.agent.prototool import prototool_pb2
@@ -178,3 +181,14 @@ def _module_name(header: grpctool_pb2.HttpRequest.Header) -> str:
             grpc.StatusCode.INVALID_ARGUMENT, "HeaderExtra.module_name must be a module name, e.g. remote_development"
         )
     return extra.module_name
+
+
+class GitlabAccessServerFactory:
+    """kas half of ``gitlab_access``: ``GitlabAccess`` on the agent listener."""
+
+    name = MODULE_NAME
+
+    def new(self, api: ServerApi) -> Module:
+        """Register the servicer on the agent listener."""
+        rpc_pb2_grpc.add_GitlabAccessServicer_to_server(GitlabAccessServicer(api.auth, api.gitlab), api.agent_server)
+        return IdleModule(self.name)

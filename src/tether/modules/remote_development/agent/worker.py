@@ -21,6 +21,8 @@ import structlog
 
 from tether.kube.client import KubeClient
 from tether.kube.lease import LeaderElector
+from tether.modagent.api import AgentApi
+from tether.modshared.module import Module
 from tether.modules.remote_development import MODULE_NAME
 from tether.modules.remote_development.agent.informer import WorkspaceInformer
 from tether.modules.remote_development.agent.reconciler import Reconciler
@@ -145,23 +147,26 @@ class RemoteDevelopmentAgent:
     """The ``remote_development`` agentk module: configuration in, leader election, worker per configuration.
 
     Args:
-        client: API client with agentk's credentials.
-        request: sends module requests to the hub through kas (``gitlab_access``).
-        pod_namespace, pod_name: where the Lease lives and this replica's identity.
+        api: the agentk module API (Kubernetes client, hub requests through kas, pod identity).
     """
 
-    name = MODULE_NAME
-
-    def __init__(self, client: KubeClient, request: HubRequest, pod_namespace: str, pod_name: str) -> None:
-        self._client = client
-        self._request = request
-        self._pod_namespace = pod_namespace
-        self._pod_name = pod_name
+    def __init__(self, api: AgentApi) -> None:
+        self._api = api
         self._agent_id = 0
         self._settings: SyncSettings | None = None
         self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
         self.elector: LeaderElector | None = None
         self.worker: RemoteDevelopmentWorker | None = None
+
+    @property
+    def name(self) -> str:
+        """The module's name."""
+        return MODULE_NAME
+
+    async def _request(self, path: str, body: bytes) -> tuple[int, bytes]:
+        response = await self._api.make_gitlab_request(MODULE_NAME, path, method="POST", body=body)
+        return response.status, response.body
 
     def on_configuration(self, configuration: agentcfg_pb2.AgentConfiguration) -> None:
         """Take a new agent configuration; a change of the module's section restarts the worker (full sync)."""
@@ -171,12 +176,24 @@ class RemoteDevelopmentAgent:
             self._settings = settings
             self._changed.set()
 
+    async def start(self) -> None:
+        """Start the module's loop (it waits for a configuration that enables workspaces)."""
+        self._task = self._api.spawn("remote_development", self.run())
+
+    async def stop(self) -> None:
+        """Stop the loop; a leader releases its Lease so another replica takes over at once."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
     async def run(self) -> None:
         """Wait for workspaces to be enabled, then elect and lead until cancelled."""
         while self._settings is None or not self._settings.enabled or not self._agent_id:
             self._changed.clear()
             await self._changed.wait()
-        self.elector = LeaderElector(self._client, self._pod_namespace, f"agent-{self._agent_id}-lock", self._pod_name)
+        lease = f"agent-{self._agent_id}-lock"
+        self.elector = LeaderElector(self._api.kube, self._api.pod_namespace, lease, self._api.pod_name)
         await self.elector.run(self._lead)
 
     async def _lead(self) -> None:
@@ -186,7 +203,7 @@ class RemoteDevelopmentAgent:
             assert settings is not None
             task: asyncio.Task[None] | None = None
             if settings.enabled:
-                self.worker = RemoteDevelopmentWorker(self._client, self._request, self._agent_id, settings)
+                self.worker = RemoteDevelopmentWorker(self._api.kube, self._request, self._agent_id, settings)
                 task = asyncio.create_task(self.worker.run(), name="remote_development worker")
                 _log.info("workspaces_worker_started", partial_s=settings.partial_s, full_s=settings.full_s)
             try:
@@ -196,3 +213,16 @@ class RemoteDevelopmentAgent:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
+
+
+class RemoteDevelopmentAgentFactory:
+    """Builds the ``remote_development`` agentk module (leader only, upstream ``IsProducingLeaderModules``)."""
+
+    name = MODULE_NAME
+    leader_only = True
+
+    def new(self, api: AgentApi) -> Module:
+        """The module, subscribed to configuration changes."""
+        module = RemoteDevelopmentAgent(api)
+        api.on_configuration(module.on_configuration)
+        return module
