@@ -19,7 +19,15 @@ from tests.fixtures.hub import HubLauncher, RealHub
 from tests.fixtures.k8s import ClusterInfo, Kubectl
 from tests.fixtures.system import AgentkProc, KasProc, System
 from tests.hub.helpers import Setup, kas_config, project_with_agent
-from tests.hub.workspace_helpers import DEVFILE, UPDATE, WorkspaceSetup, graphql, volumes
+from tests.hub.workspace_helpers import (
+    DEVFILE,
+    FAILING_DEVFILE,
+    REFUSED_DEVFILE,
+    UPDATE,
+    WorkspaceSetup,
+    graphql,
+    volumes,
+)
 from tests.hub.workspace_helpers import create as create_workspace
 from tests.support.polling import poll_sync
 from tether.devenv.redis_server import RedisServer
@@ -138,21 +146,6 @@ def test_create_stop_start_restart_terminate_through_kas(env: Env) -> None:
     env.wait(gid, "Terminated", limit=120)
     gone = env.kubectl.run("get", "namespace", namespace, check=False)
     assert gone.returncode != 0 and "NotFound" in gone.stderr
-
-
-FAILING_DEVFILE = """schemaVersion: 2.2.0
-components:
-  - name: tooling
-    container:
-      image: registry.tether.invalid/image-pull-fails:1
-"""
-REFUSED_DEVFILE = """schemaVersion: 2.2.0
-components:
-  - name: tooling
-    container:
-      image: registry.example/tools:1
-      endpoints: [{name: an-endpoint-name-too-long-for-a-port, targetPort: 8080}]
-"""
 
 
 def test_failures_are_explained_and_agentk_restart_recreates_nothing(env: Env) -> None:

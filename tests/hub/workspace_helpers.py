@@ -26,6 +26,22 @@ components:
       endpoints: [{name: web, targetPort: 8080}]
 """
 
+#: An image kwok is told to fail (tether.devenv.kwok_failures): the pod waits in ImagePullBackOff.
+FAILING_DEVFILE = """schemaVersion: 2.2.0
+components:
+  - name: tooling
+    container:
+      image: registry.tether.invalid/image-pull-fails:1
+"""
+#: Valid for the hub, refused by the API server: a container port name longer than 15 characters.
+REFUSED_DEVFILE = """schemaVersion: 2.2.0
+components:
+  - name: tooling
+    container:
+      image: registry.example/tools:1
+      endpoints: [{name: an-endpoint-name-too-long-for-a-port, targetPort: 8080}]
+"""
+
 CREATE = """mutation($input: WorkspaceCreateInput!) {
   workspaceCreate(input: $input) { errors workspace { id name namespace desiredState actualState actualStateMessage
     url clusterAgent { id name } user { username } } }

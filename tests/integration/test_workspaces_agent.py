@@ -14,7 +14,16 @@ import pytest
 
 from tests.fixtures.hub import RealHub
 from tests.fixtures.k8s import Kubectl
-from tests.hub.workspace_helpers import UPDATE, WorkspaceSetup, create, graphql, volumes, workspace_setup
+from tests.hub.workspace_helpers import (
+    FAILING_DEVFILE,
+    REFUSED_DEVFILE,
+    UPDATE,
+    WorkspaceSetup,
+    create,
+    graphql,
+    volumes,
+    workspace_setup,
+)
 from tests.support.polling import poll
 from tether.devenv.cluster import ClusterInfo
 from tether.kube.client import KubeClient
@@ -86,22 +95,6 @@ async def test_workspace_lifecycle_on_the_cluster(hub: RealHub, k8s_cluster: Clu
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await kube.close()
-
-
-FAILING_DEVFILE = """schemaVersion: 2.2.0
-components:
-  - name: tooling
-    container:
-      image: registry.tether.invalid/image-pull-fails:1
-"""
-
-REFUSED_DEVFILE = """schemaVersion: 2.2.0
-components:
-  - name: tooling
-    container:
-      image: registry.example/tools:1
-      endpoints: [{name: an-endpoint-name-too-long-for-a-port, targetPort: 8080}]
-"""
 
 
 async def test_failing_image_and_refused_apply(hub: RealHub, k8s_cluster: ClusterInfo, kubectl: Kubectl) -> None:

@@ -11,17 +11,19 @@ permission" message, so nothing leaks.
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from typing import Annotated
 from urllib.parse import quote
 
 import strawberry
 from fastapi import Depends, Request
+from graphql import GraphQLError
 from sqlalchemy import and_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from strawberry.extensions import MaxTokensLimiter, QueryDepthLimiter
 from strawberry.fastapi import BaseContext, GraphQLRouter
-from strawberry.types import Info
+from strawberry.types import ExecutionContext, Info
 
 from tether.hub.api.auth import authenticated
 from tether.hub.api.state import hub_state
@@ -35,6 +37,7 @@ from tether.hub.errors import BadRequest, Forbidden, NotFound
 from tether.hub.service.principal import Principal
 from tether.hub.workspaces import operations
 
+log = logging.getLogger(__name__)
 NO_ACCESS = (
     "The resource that you are attempting to access does not exist or you don't have permission to perform this action"
 )
@@ -295,7 +298,22 @@ class Mutation:
         return WorkspacePayload(workspace=view, errors=[], client_mutation_id=input.client_mutation_id)
 
 
-schema = strawberry.Schema(
+class _Schema(strawberry.Schema):
+    """Logs a refusal (no access) as one line; anything else with its traceback, as Strawberry does."""
+
+    def process_errors(self, errors: list[GraphQLError], execution_context: ExecutionContext | None = None) -> None:
+        """Report each error of a request."""
+        unexpected = []
+        for error in errors:
+            if isinstance(error.original_error, PermissionError) or error.original_error is None:
+                log.info("graphql: %s (path %s)", error.message, error.path)
+            else:
+                unexpected.append(error)
+        if unexpected:
+            super().process_errors(unexpected, execution_context)
+
+
+schema = _Schema(
     query=Query,
     mutation=Mutation,
     extensions=[lambda: QueryDepthLimiter(max_depth=8), lambda: MaxTokensLimiter(max_token_count=4000)],
