@@ -28,9 +28,12 @@ from tests.support.polling import poll
 from tether.devenv.cluster import ClusterInfo
 from tether.kube.client import KubeClient
 from tether.kube.kubeconfig import load_credentials
+from tether.modules.remote_development.agent.applier import Applier
 from tether.modules.remote_development.agent.worker import RemoteDevelopmentWorker, SyncSettings
+from tether.modules.remote_development.desired_config import INVENTORY_ID_LABEL, OWNING_INVENTORY, render
 
-pytestmark = [pytest.mark.k8s, pytest.mark.parametrize("hub_backend", ["sqlite"], indirect=True)]
+pytestmark = pytest.mark.k8s
+SQLITE_ONLY = pytest.mark.parametrize("hub_backend", ["sqlite"], indirect=True)
 
 
 def direct_request(hub: RealHub, ws: WorkspaceSetup) -> Any:
@@ -57,6 +60,7 @@ async def wait_state(hub: RealHub, name: str, actual: str, limit: float = 60.0) 
     return await poll(check, f"{name} actual state {actual} (now {state(hub, name)})", limit=limit, interval=0.2)
 
 
+@SQLITE_ONLY
 async def test_workspace_lifecycle_on_the_cluster(hub: RealHub, k8s_cluster: ClusterInfo, kubectl: Kubectl) -> None:
     ws = workspace_setup(hub)
     volumes(kubectl, 1)
@@ -97,6 +101,7 @@ async def test_workspace_lifecycle_on_the_cluster(hub: RealHub, k8s_cluster: Clu
         await kube.close()
 
 
+@SQLITE_ONLY
 async def test_failing_image_and_refused_apply(hub: RealHub, k8s_cluster: ClusterInfo, kubectl: Kubectl) -> None:
     ws = workspace_setup(hub)
     volumes(kubectl, 2)
@@ -114,4 +119,45 @@ async def test_failing_image_and_refused_apply(hub: RealHub, k8s_cluster: Cluste
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+        await kube.close()
+
+
+async def test_applier_prunes_what_an_inventory_no_longer_holds(
+    k8s_cluster: ClusterInfo, kubectl: Kubectl, k8s_namespace: str
+) -> None:
+    def config(names: list[str]) -> str:
+        inventory = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "inv", "namespace": k8s_namespace, "labels": {INVENTORY_ID_LABEL: "inv"}},
+        }
+        objects = [
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": n, "namespace": k8s_namespace, "annotations": {OWNING_INVENTORY: "inv"}},
+                "data": {"k": n},
+            }
+            for n in names
+        ]
+        return render([inventory, *objects])
+
+    kube = KubeClient(load_credentials(str(k8s_cluster.kubeconfig)))
+    applier = Applier(kube)
+    try:
+        assert await applier.apply(config(["one", "two"])) == []
+        assert {"one", "two"} <= {
+            c["metadata"]["name"] for c in kubectl.json("get", "cm", "-n", k8s_namespace)["items"]
+        }
+        assert await applier.apply(config(["two"])) == []
+        names = {c["metadata"]["name"] for c in kubectl.json("get", "cm", "-n", k8s_namespace)["items"]}
+        assert "one" not in names and "two" in names
+        inventory = kubectl.json("get", "cm", "inv", "-n", k8s_namespace)
+        assert inventory["data"] == {f"{k8s_namespace}_two__ConfigMap": ""}
+        assert await applier.apply(config([])) == []  # an empty inventory prunes everything it owned
+        names = {c["metadata"]["name"] for c in kubectl.json("get", "cm", "-n", k8s_namespace)["items"]}
+        assert "two" not in names and "inv" in names
+        errors = await applier.apply(config(["x"]).replace("owning-inventory", "owner"))
+        assert errors and "no owning inventory found" in errors[0]
+    finally:
         await kube.close()
