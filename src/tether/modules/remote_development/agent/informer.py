@@ -52,6 +52,26 @@ def pod_problem(pod: Mapping[str, Any]) -> PodProblem | None:
     return None
 
 
+_KEPT_METADATA = ("name", "namespace", "uid", "resourceVersion", "generation", "labels", "annotations")
+
+
+def _compact(deployment: dict[str, Any]) -> dict[str, Any]:
+    """What the hub reads of a Deployment, and its identity.
+
+    The hub reads ``metadata.resourceVersion``, ``spec.replicas`` and ``status`` (reference §1.3); the pod
+    template and managed fields are dropped, so a thousand workspaces stay small.
+    """
+    metadata = deployment.get("metadata") or {}
+    spec = deployment.get("spec") or {}
+    return {
+        "apiVersion": deployment.get("apiVersion", "apps/v1"),
+        "kind": deployment.get("kind", "Deployment"),
+        "metadata": {key: metadata[key] for key in _KEPT_METADATA if key in metadata},
+        "spec": {key: spec[key] for key in ("replicas", "paused", "progressDeadlineSeconds") if key in spec},
+        "status": deployment.get("status") or {},
+    }
+
+
 class _Deployments:
     def __init__(self, notify: Callable[[], None], changed: asyncio.Event) -> None:
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}
@@ -62,8 +82,7 @@ class _Deployments:
 
     def on_upsert(self, obj: dict[str, Any]) -> None:
         metadata = obj.get("metadata") or {}
-        metadata.pop("managedFields", None)
-        self.objects[(str(metadata.get("namespace", "")), str(metadata.get("name", "")))] = obj
+        self.objects[(str(metadata.get("namespace", "")), str(metadata.get("name", "")))] = _compact(obj)
         self._changed.set()
 
     def on_delete(self, namespace: str, name: str) -> None:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import structlog
 
 from tether.kube.client import KubeClient
@@ -89,10 +89,10 @@ class RemoteDevelopmentWorker:
         self.last_error = ""
 
     async def _send(self, body: dict[str, Any]) -> dict[str, Any]:
-        status, answer = await self._request("/reconcile", json.dumps(body).encode())
+        status, answer = await self._request("/reconcile", msgspec.json.encode(body))
         if status != 201:
             raise ReconcileRefused(f"the hub answered {status}: {answer[:500].decode(errors='replace')}")
-        decoded = json.loads(answer)
+        decoded = msgspec.json.decode(answer)
         if not isinstance(decoded, dict):
             raise ReconcileRefused("the hub's answer is not a JSON object")
         return decoded
