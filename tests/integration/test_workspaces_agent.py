@@ -145,19 +145,21 @@ async def test_applier_prunes_what_an_inventory_no_longer_holds(
     kube = KubeClient(load_credentials(str(k8s_cluster.kubeconfig)))
     applier = Applier(kube)
     try:
-        assert await applier.apply(config(["one", "two"])) == []
+        assert await applier.apply(config(["one", "two"]), k8s_namespace) == []
         assert {"one", "two"} <= {
             c["metadata"]["name"] for c in kubectl.json("get", "cm", "-n", k8s_namespace)["items"]
         }
-        assert await applier.apply(config(["two"])) == []
+        assert await applier.apply(config(["two"]), k8s_namespace) == []
         names = {c["metadata"]["name"] for c in kubectl.json("get", "cm", "-n", k8s_namespace)["items"]}
         assert "one" not in names and "two" in names
         inventory = kubectl.json("get", "cm", "inv", "-n", k8s_namespace)
         assert inventory["data"] == {f"{k8s_namespace}_two__ConfigMap": ""}
-        assert await applier.apply(config([])) == []  # an empty inventory prunes everything it owned
+        assert await applier.apply(config([]), k8s_namespace) == []  # an empty inventory prunes everything it owned
         names = {c["metadata"]["name"] for c in kubectl.json("get", "cm", "-n", k8s_namespace)["items"]}
         assert "two" not in names and "inv" in names
-        errors = await applier.apply(config(["x"]).replace("owning-inventory", "owner"))
+        errors = await applier.apply(config(["x"]).replace("owning-inventory", "owner"), k8s_namespace)
         assert errors and "no owning inventory found" in errors[0]
+        elsewhere = await applier.apply(config(["x"]), "kube-system")  # objects outside the workspace namespace
+        assert elsewhere and "not in the workspace namespace" in elsewhere[0]
     finally:
         await kube.close()

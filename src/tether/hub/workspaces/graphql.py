@@ -58,6 +58,12 @@ class Context(BaseContext):
         self.db = db
 
 
+def _ids(values: list[strawberry.ID] | None, prefix: str, argument: str) -> list[int]:
+    if values and len(values) > MAX_PAGE:
+        raise BadRequest.field(argument, f"at most {MAX_PAGE} ids")
+    return [_id(value, prefix, argument) for value in values or []]
+
+
 def _id(value: str | int, prefix: str, argument: str) -> int:
     text = str(value)
     if text.startswith(prefix):
@@ -227,10 +233,10 @@ class Query:
         context = info.context
         query = operations.visible_query(
             context.principal,
-            ids=[_id(i, GID_WORKSPACE, "ids") for i in ids or []],
-            project_ids=[_id(i, GID_PROJECT, "projectIds") for i in project_ids or []],
-            agent_ids=[_id(i, GID_AGENT, "clusterAgentIds") for i in cluster_agent_ids or []],
-            actual_states=actual_states,
+            ids=_ids(ids, GID_WORKSPACE, "ids"),
+            project_ids=_ids(project_ids, GID_PROJECT, "projectIds"),
+            agent_ids=_ids(cluster_agent_ids, GID_AGENT, "clusterAgentIds"),
+            actual_states=(actual_states or [])[:20],
         )
         async with context.db.transaction() as session:
             rows = list(await session.scalars(query.limit(max(1, min(first, MAX_PAGE)))))

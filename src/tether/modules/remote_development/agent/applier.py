@@ -125,15 +125,22 @@ class Applier:
             content_type="application/apply-patch+yaml",
         )
 
-    async def apply(self, config: str) -> list[str]:
+    async def apply(self, config: str, namespace: str) -> list[str]:
         """Apply one workspace's ``config_to_apply``; returns the errors (empty when all went well).
 
-        Each error names the object: ``Deployment ns/name: <the API server's message>``.
+        Every object must be in the workspace's ``namespace`` (Tether: a workspace cannot touch other
+        namespaces, whatever the hub sends). Each error names the object:
+        ``Deployment ns/name: <the API server's message>``.
         """
         try:
             groups = group_by_inventory(config)
         except ConfigError as exc:
             return [str(exc)]
+        for group in groups:
+            for obj in [group.inventory, *group.objects]:
+                meta = obj.get("metadata") or {}
+                if meta.get("namespace") != namespace:
+                    return [f"{obj.get('kind')} {meta.get('name')}: not in the workspace namespace {namespace!r}"]
         errors: list[str] = []
         for group in groups:
             errors += await self._apply_group(group)

@@ -153,7 +153,7 @@ class Reconciler:
         digest = hashlib.sha256(config.encode()).hexdigest()
         if self._applied.get(name) == digest:
             return  # already applied in this reconciler's life; a full sync applies everything again
-        errors = await self._applier.apply(config)
+        errors = await self._applier.apply(config, namespace)
         if errors:
             self._applied.pop(name, None)
             self._errors[name] = (namespace, "; ".join(errors)[:4096])
