@@ -5,7 +5,8 @@ workspace, later runs ``partial`` with only what the hub has not acknowledged. T
 
 * acknowledged resource versions (name -> the ``deployment_resource_version`` the hub echoed);
 * terminations in progress (name -> namespace, and whether agentk deletes the namespace);
-* apply errors not yet delivered (name -> message), deleted once the hub has answered for the workspace;
+* apply errors not yet delivered (name -> message), deleted once the hub has answered for the workspace or
+  when a later apply of the workspace succeeds (upstream's versioned error tracker);
 * pod problems already reported (name -> reason), so a new problem is sent even when the Deployment
   did not change (Tether's fast failure).
 """
@@ -160,6 +161,7 @@ class Reconciler:
             _log.warning("workspace_apply_failed", workspace=name, errors=errors)
         else:
             self._applied[name] = digest
+            self._errors.pop(name, None)  # a newer apply succeeded: an undelivered older error is stale
 
     async def _terminate(self, name: str, namespace: str, actual: str, config: str) -> None:
         if actual == State.TERMINATED:
