@@ -1,0 +1,370 @@
+// The live cluster graph: Graph API messages (docs/graph.md §7) applied to a Cytoscape.js graph.
+// Layout is our own and incremental: objects are grouped by namespace, and within a group placed in rows by
+// kind (workloads, then their ReplicaSets/Jobs, then Pods, then what Pods use). A new object takes the next
+// free slot of its row, so a change never re-lays out the whole graph; a group is re-packed only when a row of
+// it is full.
+(function () {
+  "use strict";
+  const app = document.getElementById("graph-app");
+  if (!app || typeof cytoscape === "undefined") return;
+
+  const SUBPROTOCOL = "gitlab-agent-graph-api";
+  const COLS = 24, DX = 46, DY = 46, GROUP_GAP = 140, GROUPS_PER_ROW = 4, HEADROOM = 1;
+  const PRESETS = {
+    workloads: "(group == 'apps' && resource in ['deployments', 'replicasets', 'statefulsets', 'daemonsets']) || " +
+      "(group == 'batch' && resource in ['jobs', 'cronjobs']) || (group == '' && resource == 'pods')",
+    networking: "(group == '' && resource in ['services', 'pods']) || (group == 'discovery.k8s.io' && resource == " +
+      "'endpointslices') || (group == 'networking.k8s.io' && resource in ['ingresses', 'networkpolicies', " +
+      "'ingressclasses'])",
+    config: "(group == '' && resource in ['configmaps', 'secrets', 'persistentvolumeclaims', 'persistentvolumes', " +
+      "'serviceaccounts', 'pods']) || (group == 'storage.k8s.io' && resource == 'storageclasses')",
+    everything: "namespaced",
+  };
+  const LEVEL = {
+    deployments: 0, statefulsets: 0, daemonsets: 0, cronjobs: 0, services: 0, ingresses: 0,
+    horizontalpodautoscalers: 0, networkpolicies: 0, poddisruptionbudgets: 0,
+    replicasets: 1, jobs: 1, endpointslices: 1, endpoints: 1,
+    pods: 2,
+    configmaps: 3, secrets: 3, persistentvolumeclaims: 3, serviceaccounts: 3,
+  };
+  const LEVELS = 5;
+  const COLORS = {
+    deployments: "#1f6feb", statefulsets: "#1f6feb", daemonsets: "#1f6feb", replicasets: "#6f42c1",
+    jobs: "#6f42c1", cronjobs: "#1f6feb", pods: "#1a7f37", services: "#bf8700", ingresses: "#bf8700",
+    endpointslices: "#9a6700", configmaps: "#8c959f", secrets: "#cf222e", persistentvolumeclaims: "#0969da",
+    serviceaccounts: "#57606a", namespaces: "#24292f",
+  };
+
+  const csrf = document.querySelector('meta[name="csrf-token"]').content;
+  const agentId = app.dataset.agentId;
+  const statusEl = document.getElementById("graph-status");
+  const banner = document.getElementById("graph-banner");
+  const details = document.getElementById("graph-details");
+  const controls = document.getElementById("graph-controls");
+  const nsSelect = document.getElementById("graph-namespace");
+  const clearRoot = document.getElementById("graph-clear-root");
+
+  const cy = cytoscape({
+    container: document.getElementById("graph-canvas"),
+    layout: { name: "preset" },
+    minZoom: 0.02, maxZoom: 4, wheelSensitivity: 0.4,
+    textureOnViewport: true, hideEdgesOnViewport: true, motionBlur: false, pixelRatio: 1,
+    boxSelectionEnabled: false,
+    style: [
+      { selector: "node", style: {
+        "width": 22, "height": 22, "background-color": "data(color)", "label": "data(label)",
+        "font-size": 9, "min-zoomed-font-size": 7, "text-valign": "bottom", "text-margin-y": 3,
+        "text-max-width": 80, "text-wrap": "ellipsis", "color": "#24292f" } },
+      { selector: "node.group", style: {
+        "shape": "round-rectangle", "background-opacity": 0, "border-width": 0, "width": 1, "height": 1,
+        "label": "data(label)", "font-size": 22, "font-weight": "bold", "text-valign": "top",
+        "min-zoomed-font-size": 4, "events": "no" } },
+      { selector: "node:selected", style: { "border-width": 4, "border-color": "#fb8500" } },
+      { selector: "node.root", style: { "shape": "star", "width": 30, "height": 30 } },
+      { selector: "edge", style: {
+        "width": 1.2, "curve-style": "straight", "target-arrow-shape": "triangle", "arrow-scale": 0.6,
+        "line-color": "#8c959f", "target-arrow-color": "#8c959f" } },
+      { selector: "edge.or", style: { "line-color": "#57606a", "target-arrow-color": "#57606a", "width": 1.6 } },
+      { selector: "edge.r", style: { "line-style": "dashed", "line-color": "#0969da", "target-arrow-color": "#0969da" } },
+      { selector: "edge.t", style: { "line-style": "dotted", "line-color": "#bf8700", "target-arrow-color": "#bf8700" } },
+      { selector: "edge.missing", style: { "opacity": 0.35 } },
+    ],
+  });
+
+  // ---- model and layout -------------------------------------------------------------------------------
+  let vertices = new Map();   // id -> {vx, o, j, group, level, slot}
+  let arcs = new Map();       // id -> {s, d, t, a}
+  let waiting = new Map();    // vertex id -> arc ids waiting for that vertex
+  let groups = new Map();     // group key -> {key, rows: [[ids]], origin: {x, y}, order}
+  let pending = [];           // actions not yet drawn
+  let scheduled = false;
+  const drawnAt = new Map();  // vertex id -> Date.now() when first drawn (benchmarks read it)
+  let socket = null, nsSocket = null, generation = 0, root = null;
+  let firstDrawAt = null;
+
+  const vid = (vx) => [vx.g, vx.v, vx.r, vx.ns || "", vx.n].join("/");
+  const aid = (a) => vid(a.s) + ">" + a.t + ">" + vid(a.d);
+  const groupKey = (vx) => vx.ns || "(cluster-scoped)";
+  const level = (vx) => (vx.r in LEVEL ? LEVEL[vx.r] : 4);
+
+  function groupOf(key) {
+    let g = groups.get(key);
+    if (!g) {
+      g = { key, rows: Array.from({ length: LEVELS }, () => []), origin: { x: 0, y: 0 }, order: groups.size, capacity: [] };
+      groups.set(key, g);
+      placeGroups();
+    }
+    return g;
+  }
+  function bandRows(count) { return Math.max(1, Math.ceil(count / COLS) + HEADROOM); }
+  function groupHeight(g) {
+    let rows = 0;
+    for (let l = 0; l < LEVELS; l++) rows += g.rows[l].length ? bandRows(g.rows[l].length) : 0;
+    return Math.max(rows, 1) * DY + 60;
+  }
+  function placeGroups() {
+    // Groups sorted by name on a grid; row heights follow the tallest group of each row.
+    const sorted = [...groups.values()].sort((a, b) => a.key.localeCompare(b.key));
+    let y = 0;
+    for (let i = 0; i < sorted.length; i += GROUPS_PER_ROW) {
+      const row = sorted.slice(i, i + GROUPS_PER_ROW);
+      let tallest = 0;
+      row.forEach((g, k) => {
+        const moved = g.origin.x !== k * (COLS * DX + GROUP_GAP) || g.origin.y !== y;
+        g.origin = { x: k * (COLS * DX + GROUP_GAP), y };
+        tallest = Math.max(tallest, groupHeight(g));
+        if (moved) g.dirty = true;
+      });
+      y += tallest + GROUP_GAP;
+    }
+  }
+  function packGroup(g) {
+    // Band l starts below the bands before it; slots are row-major within a band.
+    g.capacity = [];
+    let rowStart = 0;
+    for (let l = 0; l < LEVELS; l++) {
+      g.rows[l] = g.rows[l].filter((id) => vertices.has(id));
+      g.capacity[l] = { start: rowStart, slots: g.rows[l].length ? bandRows(g.rows[l].length) * COLS : 0 };
+      g.rows[l].forEach((id, slot) => { vertices.get(id).slot = slot; });
+      rowStart += g.rows[l].length ? bandRows(g.rows[l].length) : 0;
+    }
+    g.dirty = true;
+  }
+  function position(v) {
+    const g = groups.get(v.group), band = g.capacity[v.level];
+    return { x: g.origin.x + (v.slot % COLS) * DX, y: g.origin.y + 40 + (band.start + Math.floor(v.slot / COLS)) * DY };
+  }
+  function addToGroup(id, v) {
+    const g = groupOf(v.group);
+    const rows = g.rows[v.level];
+    rows.push(id);
+    v.slot = rows.length - 1;
+    const band = g.capacity[v.level];
+    if (!band || v.slot >= band.slots) packGroup(g);   // this row is full: re-pack this group only
+  }
+
+  // ---- applying actions -----------------------------------------------------------------------------------
+  function label(vx) { return vx.n; }
+  function flush() {
+    scheduled = false;
+    const actions = pending; pending = [];
+    const now = Date.now();
+    const addNodes = [], addEdges = [], update = [];
+    cy.batch(() => {
+      for (const act of actions) {
+        if (act.darc) {
+          const id = aid(act.darc);
+          arcs.delete(id);
+          cy.getElementById(id).remove();
+        } else if (act.dvx) {
+          const id = vid(act.dvx.vx);
+          const v = vertices.get(id);
+          if (v) { vertices.delete(id); cy.getElementById(id).remove(); }
+        } else if (act.svx) {
+          const vx = act.svx.vx, id = vid(vx);
+          const existing = vertices.get(id);
+          if (existing) { existing.o = act.svx.o; existing.j = act.svx.j; update.push(id); continue; }
+          const v = { vx, o: act.svx.o, j: act.svx.j, group: groupKey(vx), level: level(vx), slot: 0 };
+          vertices.set(id, v);
+          addToGroup(id, v);
+          addNodes.push(id);
+        } else if (act.sarc) {
+          const a = act.sarc, id = aid(a);
+          const known = arcs.has(id);
+          arcs.set(id, a);
+          if (known) { cy.getElementById(id).toggleClass("missing", !!(a.a && a.a.e)); continue; }
+          addEdges.push(id);
+        }
+      }
+      let moved = false;
+      for (const g of groups.values()) if (g.dirty) { moved = true; }
+      if (moved) placeGroups();
+      const nodes = [];
+      for (const id of addNodes) {
+        const v = vertices.get(id);
+        if (!v || cy.getElementById(id).nonempty()) continue;
+        nodes.push({ group: "nodes", data: { id, label: label(v.vx), color: COLORS[v.vx.r] || "#6e7781" },
+          position: position(v), classes: root === id ? "root" : "" });
+        drawnAt.set(id, now);
+      }
+      for (const g of groups.values()) {
+        const gid = "group:" + g.key;
+        const gpos = { x: g.origin.x + (COLS * DX) / 2 - DX / 2, y: g.origin.y };
+        if (cy.getElementById(gid).empty()) nodes.push({ group: "nodes", data: { id: gid, label: g.key }, position: gpos, classes: "group" });
+        else if (g.dirty) cy.getElementById(gid).position(gpos);
+        if (g.dirty) {
+          for (const rows of g.rows) for (const id of rows) {
+            const v = vertices.get(id);
+            if (v && !addNodes.includes(id)) cy.getElementById(id).position(position(v));
+          }
+          g.dirty = false;
+        }
+      }
+      if (nodes.length) cy.add(nodes);
+      const edges = [];
+      const edgeFor = (id, a) => ({ group: "edges", data: { id, source: vid(a.s), target: vid(a.d) },
+        classes: a.t + (a.a && a.a.e ? " missing" : "") });
+      for (const id of addEdges) {
+        const a = arcs.get(id);
+        if (!a) continue;
+        const s = vid(a.s), d = vid(a.d);
+        if (!vertices.has(s) || !vertices.has(d)) {
+          // Drawn when the missing end arrives (an arc may point at an object outside the graph: "e").
+          const missing = vertices.has(s) ? d : s;
+          if (!waiting.has(missing)) waiting.set(missing, new Set());
+          waiting.get(missing).add(id);
+          continue;
+        }
+        edges.push(edgeFor(id, a));
+      }
+      for (const id of addNodes) {
+        const ids = waiting.get(id);
+        if (!ids) continue;
+        waiting.delete(id);
+        for (const arcId of ids) {
+          const a = arcs.get(arcId);
+          if (a && vertices.has(vid(a.s)) && vertices.has(vid(a.d)) && cy.getElementById(arcId).empty()) edges.push(edgeFor(arcId, a));
+        }
+      }
+      if (edges.length) cy.add(edges);
+    });
+    if (firstDrawAt === null && vertices.size) { firstDrawAt = performance.now(); cy.fit(undefined, 30); }
+    const selected = cy.$("node:selected");
+    if (selected.nonempty() && update.includes(selected.id())) showDetails(selected.id());
+    setStatus("live");
+  }
+  function schedule() { if (!scheduled) { scheduled = true; requestAnimationFrame(flush); } }
+
+  function setStatus(state, text) {
+    statusEl.dataset.state = state;
+    statusEl.dataset.vertices = String(vertices.size);
+    statusEl.dataset.arcs = String(cy.edges().length);
+    statusEl.textContent = text || `${vertices.size} objects, ${cy.edges().length} arcs — live` +
+      (root ? ` — showing what ${root.split("/").slice(2).join("/")} depends on` : "");
+  }
+  function showBanner(text) { banner.textContent = text; banner.hidden = !text; }
+
+  // ---- the WebSocket ------------------------------------------------------------------------------------
+  function socketUrl() {
+    const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+    const q = new URLSearchParams({ "gitlab-agent-id": agentId, "gitlab-csrf-token": csrf });
+    return `${scheme}//${location.host}${app.dataset.socketPath}?${q}`;
+  }
+  function celString(text) { return "'" + String(text).replace(/\\/g, "\\\\").replace(/'/g, "\\'") + "'"; }
+  function request() {
+    const form = new FormData(controls);
+    const ns = form.get("namespace");
+    const jsonPath = String(form.get("jsonpath") || "").trim();
+    const object = jsonPath ? { json_path: jsonPath } : {};
+    const req = { queries: [{ include: { resource_selector_expression: PRESETS[form.get("preset")] || PRESETS.workloads, object } }] };
+    if (ns) req.namespaces = { names: [ns] };
+    if (root) {
+      const v = vertices.get(root) || { vx: rootVx };
+      const vx = v.vx;
+      req.roots = { object_selector_expressions: [
+        `group == ${celString(vx.g)} && resource == ${celString(vx.r)} && namespace == ${celString(vx.ns || "")} && name == ${celString(vx.n)}`] };
+    }
+    return req;
+  }
+  let rootVx = null;
+  function connect() {
+    const mine = ++generation;
+    if (socket) socket.close(1000);
+    vertices = new Map(); arcs = new Map(); waiting = new Map(); groups = new Map(); pending = []; drawnAt.clear();
+    cy.elements().remove();
+    firstDrawAt = null;
+    showBanner("");
+    setStatus("connecting", "Connecting to the cluster…");
+    socket = new WebSocket(socketUrl(), SUBPROTOCOL);
+    socket.onopen = () => socket.send(JSON.stringify(request()));
+    socket.onmessage = (event) => {
+      if (mine !== generation) return;
+      const msg = JSON.parse(event.data);
+      if (msg.error) { showBanner(`The graph stopped: ${msg.error.reason}`); return; }
+      if (msg.warnings) showBanner("Warnings from the agent: " + msg.warnings.map((w) => w.m || w.t).join("; "));
+      if (msg.actions) { for (const a of msg.actions) pending.push(a); schedule(); }
+    };
+    socket.onclose = (event) => {
+      if (mine !== generation) return;
+      setStatus("closed", `Disconnected (${event.code}${event.reason ? ": " + event.reason : ""}). ` +
+        `Showing the last known state; press Apply to reconnect.`);
+      if (event.code !== 1000 && banner.hidden) showBanner(`The connection to the cluster ended: ${event.reason || "code " + event.code}`);
+    };
+  }
+  function loadNamespaces() {
+    nsSocket = new WebSocket(socketUrl(), SUBPROTOCOL);
+    const names = new Set();
+    nsSocket.onopen = () => nsSocket.send(JSON.stringify({ queries: [{ include: {
+      resource_selector_expression: "group == '' && resource == 'namespaces'", object: { json_path: "{.metadata.name}" } } }] }));
+    nsSocket.onmessage = (event) => {
+      const msg = JSON.parse(event.data);
+      for (const a of msg.actions || []) {
+        if (a.svx) names.add(a.svx.vx.n); else if (a.dvx) names.delete(a.dvx.vx.n);
+      }
+      const current = nsSelect.value;
+      const wanted = ["", ...[...names].sort()];
+      nsSelect.replaceChildren(...wanted.map((n) => { const o = document.createElement("option"); o.value = n; o.textContent = n || "All namespaces"; return o; }));
+      nsSelect.value = wanted.includes(current) ? current : "";
+    };
+  }
+
+  // ---- details, roots ---------------------------------------------------------------------------------------
+  function showDetails(id) {
+    const v = vertices.get(id);
+    if (!v) return;
+    const vx = v.vx;
+    const out = [], inn = [];
+    for (const a of arcs.values()) {
+      if (vid(a.s) === id) out.push(a); else if (vid(a.d) === id) inn.push(a);
+    }
+    const h = (tag, text, attrs) => { const e = document.createElement(tag); if (text !== undefined) e.textContent = text; Object.assign(e, attrs || {}); return e; };
+    const body = [h("h2", vx.n)];
+    const dl = h("dl");
+    for (const [k, val] of [["Kind", `${vx.r} (${vx.g || "core"}/${vx.v})`], ["Namespace", vx.ns || "(cluster-scoped)"], ["Name", vx.n]]) {
+      dl.append(h("dt", k), h("dd", val));
+    }
+    body.push(dl);
+    if (v.j) body.push(h("h3", "JSONPath"), h("pre", v.j.map((x) => (typeof x === "string" ? x : JSON.stringify(x))).join(""), { className: "projection" }));
+    else if (v.o) body.push(h("h3", "Object"), h("pre", JSON.stringify(v.o, null, 2), { className: "projection" }));
+    const list = (title, items, end) => {
+      if (!items.length) return;
+      body.push(h("h3", title));
+      const ul = h("ul");
+      for (const a of items.slice(0, 50)) ul.append(h("li", `${a.t}: ${a[end].r} ${a[end].ns ? a[end].ns + "/" : ""}${a[end].n}`));
+      body.push(ul);
+    };
+    list("Depends on", out, "d");
+    list("Used by", inn, "s");
+    const btn = h("button", "Show what this depends on", { type: "button", className: "primary", id: "graph-root-button" });
+    btn.addEventListener("click", () => { root = id; rootVx = vx; clearRoot.hidden = false; connect(); });
+    body.push(btn);
+    details.replaceChildren(...body);
+  }
+  cy.on("tap", "node", (event) => {
+    const node = event.target;
+    if (node.hasClass("group")) return;
+    cy.$("node:selected").unselect();
+    node.select();
+    showDetails(node.id());
+  });
+
+  controls.addEventListener("submit", (event) => { event.preventDefault(); connect(); });
+  clearRoot.addEventListener("click", () => { root = null; rootVx = null; clearRoot.hidden = true; connect(); });
+  document.getElementById("graph-fit").addEventListener("click", () => cy.fit(undefined, 30));
+
+  // For tests and benchmarks: read-only views of the page's state.
+  window.tetherGraph = {
+    count: () => vertices.size,
+    arcs: () => cy.edges().length,
+    firstDrawMs: () => firstDrawAt,
+    drawnAt: (id) => drawnAt.get(id) || null,
+    has: (id) => cy.getElementById(id).nonempty(),
+    ids: (resource) => [...vertices.values()].filter((v) => !resource || v.vx.r === resource).map((v) => vid(v.vx)),
+    edgesBetween: (s, d) => cy.edges().filter((e) => e.source().id() === s && e.target().id() === d).map((e) => e.classes().join(" ")),
+    select: (id) => { const n = cy.getElementById(id); if (n.nonempty()) { cy.$("node:selected").unselect(); n.select(); showDetails(id); } },
+    renderedPosition: (id) => cy.getElementById(id).renderedPosition(),
+    center: (id) => { cy.zoom(1.5); cy.center(cy.getElementById(id)); },
+  };
+  loadNamespaces();
+  connect();
+})();
