@@ -7,10 +7,8 @@ Deployment with kubectl and see the new Pods without reloading, click a Pod for 
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
@@ -19,6 +17,7 @@ from tests.console.browser import browser, new_page, shot, sign_in
 from tests.fixtures.hub import HubLauncher, RealHub
 from tests.fixtures.k8s import Kubectl
 from tests.fixtures.system import KasProc, System
+from tests.support.polling import poll_sync
 from tether.devenv import pki
 from tether.devenv.cluster import ClusterInfo
 from tether.devenv.redis_server import RedisServer
@@ -28,18 +27,6 @@ __all__ = ["browser"]
 
 NO_CACHE = {"agent": {"kubernetes_api": {"allowed_agent_cache_ttl": "0s", "allowed_agent_cache_error_ttl": "0s"}}}
 NAMESPACE = "console-e2e"
-
-
-def wait_until(check: Callable[[], Any], what: str, limit_s: float = 60) -> Any:
-    """Poll ``check`` until it returns a true value (a bound, not a measurement)."""
-    deadline = time.monotonic() + limit_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {limit_s}s waiting for {what}")
-        time.sleep(0.2)
 
 
 @pytest.fixture
@@ -80,7 +67,9 @@ def graph_ids(page: Page, resource: str) -> list[str]:
     return [i for i in ids if f"/{NAMESPACE}/" in i]
 
 
-def test_console_end_to_end(console_system: tuple[RealHub, KasProc, System], browser: Browser, kubectl: Kubectl) -> None:
+def test_console_end_to_end(
+    console_system: tuple[RealHub, KasProc, System], browser: Browser, kubectl: Kubectl
+) -> None:
     hub, kas, system = console_system
     _alice_id, alice_token = hub.user("alice", ("api",))
     page = new_page(browser)
@@ -125,13 +114,17 @@ def test_console_end_to_end(console_system: tuple[RealHub, KasProc, System], bro
     expect(page.locator("#created-token")).to_have_count(0)  # shown only once
 
     # The configuration: a mistake is shown by its line, then the fix is saved.
-    page.get_by_label("config.yaml").fill("user_access:\n  access_as:\n    agent: {}\nobservability:\n  logging:\n    levle: debug\n")
+    page.get_by_label("config.yaml").fill(
+        "user_access:\n  access_as:\n    agent: {}\nobservability:\n  logging:\n    levle: debug\n"
+    )
     page.get_by_role("button", name="Save configuration").click()
     expect(page.locator("#config-error")).to_contain_text("unknown field")
     expect(page.locator("#config-error-line")).to_contain_text("levle: debug")
     expect(page.locator("#config-error-line")).to_contain_text("line 6")
     shot(page, "04-agent-configuration-error")
-    page.get_by_label("config.yaml").fill("user_access:\n  access_as:\n    agent: {}\nobservability:\n  logging:\n    level: debug\n")
+    page.get_by_label("config.yaml").fill(
+        "user_access:\n  access_as:\n    agent: {}\nobservability:\n  logging:\n    level: debug\n"
+    )
     page.get_by_role("button", name="Save configuration").click()
     expect(page.get_by_role("status").filter(has_text="Configuration saved")).to_be_visible()
 
@@ -149,7 +142,11 @@ def test_console_end_to_end(console_system: tuple[RealHub, KasProc, System], bro
     page.goto(agent_url + "/graph")
     page.evaluate("window.notReloaded = true")
     deployment = vertex("deployments", "web", "apps")
-    wait_until(lambda: len(graph_ids(page, "pods")) == 2 and page.evaluate("(i) => window.tetherGraph.has(i)", deployment), "the Deployment and 2 Pods in the graph")
+    poll_sync(
+        lambda: len(graph_ids(page, "pods")) == 2 and page.evaluate("(i) => window.tetherGraph.has(i)", deployment),
+        "the Deployment and 2 Pods in the graph",
+        limit=60,
+    )
     replicasets = graph_ids(page, "replicasets")
     assert len(replicasets) == 1, replicasets
     pods = graph_ids(page, "pods")
@@ -162,7 +159,7 @@ def test_console_end_to_end(console_system: tuple[RealHub, KasProc, System], bro
 
     # Scale with kubectl: the new Pods appear without a reload.
     kubectl.run("scale", "deployment", "web", "--replicas=4", "-n", NAMESPACE)
-    wait_until(lambda: len(graph_ids(page, "pods")) == 4, "4 Pods in the graph")
+    poll_sync(lambda: len(graph_ids(page, "pods")) == 4, "4 Pods in the graph", limit=60)
     assert page.evaluate("window.notReloaded") is True
 
     # Click a Pod (a real mouse click on the canvas) for its details.
@@ -179,10 +176,10 @@ def test_console_end_to_end(console_system: tuple[RealHub, KasProc, System], bro
 
     # "What this depends on": only the Pod, its ReplicaSet and Deployment (and what else it uses) remain.
     page.get_by_role("button", name="Show what this depends on").click()
-    wait_until(lambda: graph_ids(page, "pods") == [pod], "the graph rooted at the Pod")
+    poll_sync(lambda: graph_ids(page, "pods") == [pod], "the graph rooted at the Pod", limit=60)
     assert page.evaluate("(i) => window.tetherGraph.has(i)", deployment)
     page.get_by_role("button", name="Show everything again").click()
-    wait_until(lambda: len(graph_ids(page, "pods")) == 4, "all Pods again")
+    poll_sync(lambda: len(graph_ids(page, "pods")) == 4, "all Pods again", limit=60)
 
     # The other pages.
     page.goto(hub.url + "/projects")

@@ -7,6 +7,7 @@ CSRF token and redirect (303) on success, or show the page again with the error 
 
 from __future__ import annotations
 
+import inspect
 from datetime import date
 from typing import Annotated
 from urllib.parse import quote
@@ -191,13 +192,34 @@ async def _sign_in_required(request: Request, _exc: Exception) -> Response:
     return RedirectResponse("/", status_code=303)
 
 
+def _is_console_path(path: str) -> bool:
+    return not path.startswith(("/api/", "/users/", "/-/health", "/docs", "/openapi", "/redoc"))
+
+
 def install(app: FastAPI) -> None:
-    """Mount the console on ``app``: pages, the agent pages, the graph relay and ``/-/console/static``."""
+    """Mount the console on ``app``: pages, the agent pages, the graph relay and ``/-/console/static``.
+
+    Call after the API's error handlers are installed: a hub error on a console page is then shown as a page in
+    plain words, and everywhere else still as the API's JSON body.
+    """
     app.include_router(router)
     app.include_router(agent_pages.router)
     app.include_router(graph_relay.router)
     app.mount("/-/console/static", StaticFiles(directory=STATIC_DIR), name="console-static")
     app.add_exception_handler(SignInRequired, _sign_in_required)
+    api_handler = app.exception_handlers[HubError]
+
+    async def hub_error(request: Request, exc: Exception) -> Response:
+        if not isinstance(exc, HubError) or not _is_console_path(request.url.path):
+            answer = api_handler(request, exc)
+            return await answer if inspect.isawaitable(answer) else answer
+        try:
+            user: ConsoleUser | None = await console_user(request)
+        except SignInRequired:
+            user = None
+        return render(request, "error.html", user, exc.status, message=plain_words(exc))
+
+    app.add_exception_handler(HubError, hub_error)
 
 
 __all__ = ["LIST_LIMIT", "install", "router"]

@@ -9,7 +9,7 @@
   if (!app || typeof cytoscape === "undefined") return;
 
   const SUBPROTOCOL = "gitlab-agent-graph-api";
-  const COLS = 24, DX = 46, DY = 46, GROUP_GAP = 140, GROUPS_PER_ROW = 4, HEADROOM = 1;
+  const COLS = 20, DX = 96, DY = 64, GROUP_GAP = 140, GROUPS_PER_ROW = 4, HEADROOM = 1;
   const PRESETS = {
     workloads: "(group == 'apps' && resource in ['deployments', 'replicasets', 'statefulsets', 'daemonsets']) || " +
       "(group == 'batch' && resource in ['jobs', 'cronjobs']) || (group == '' && resource == 'pods')",
@@ -54,10 +54,11 @@
       { selector: "node", style: {
         "width": 22, "height": 22, "background-color": "data(color)", "label": "data(label)",
         "font-size": 9, "min-zoomed-font-size": 7, "text-valign": "bottom", "text-margin-y": 3,
-        "text-max-width": 80, "text-wrap": "ellipsis", "color": "#24292f" } },
+        "text-max-width": 90, "text-wrap": "ellipsis", "color": "#24292f" } },
       { selector: "node.group", style: {
         "shape": "round-rectangle", "background-opacity": 0, "border-width": 0, "width": 1, "height": 1,
-        "label": "data(label)", "font-size": 22, "font-weight": "bold", "text-valign": "top",
+        "label": "data(label)", "font-size": 22, "font-weight": "bold", "text-valign": "top", "text-halign": "right",
+        "text-wrap": "none", "text-max-width": 2000,
         "min-zoomed-font-size": 4, "events": "no" } },
       { selector: "node:selected", style: { "border-width": 4, "border-color": "#fb8500" } },
       { selector: "node.root", style: { "shape": "star", "width": 30, "height": 30 } },
@@ -189,7 +190,7 @@
       }
       for (const g of groups.values()) {
         const gid = "group:" + g.key;
-        const gpos = { x: g.origin.x + (COLS * DX) / 2 - DX / 2, y: g.origin.y };
+        const gpos = { x: g.origin.x - DX / 2, y: g.origin.y };
         if (cy.getElementById(gid).empty()) nodes.push({ group: "nodes", data: { id: gid, label: g.key }, position: gpos, classes: "group" });
         else if (g.dirty) cy.getElementById(gid).position(gpos);
         if (g.dirty) {
