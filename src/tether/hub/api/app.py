@@ -29,8 +29,8 @@ from tether.hub.api.routes_projects import router as projects_router
 from tether.hub.api.routes_sessions import router as sessions_router
 from tether.hub.api.routes_users import router as users_router
 from tether.hub.api.state import HubState
-from tether.hub.console import routes as console
 from tether.hub.config import HubConfig
+from tether.hub.console import routes as console
 from tether.hub.db.engine import Database
 from tether.hub.db.migrate import ensure_current
 from tether.hub.kas_client import KasApiClient

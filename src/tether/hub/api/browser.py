@@ -83,8 +83,9 @@ def is_form(request: Request) -> bool:
 
 
 async def read_form(request: Request, max_bytes: int = _MAX_FORM_BYTES) -> dict[str, str]:
-    """The fields of a form-encoded body (at most ``max_bytes``, 16 KiB by default); a repeated field keeps its
-    last value.
+    """The fields of a form-encoded body (at most ``max_bytes``, 16 KiB by default).
+
+    A repeated field keeps its last value.
 
     Raises:
         BadRequest: another content type, or a body over the limit.

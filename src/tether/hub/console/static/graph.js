@@ -81,7 +81,7 @@
   let scheduled = false;
   const drawnAt = new Map();  // vertex id -> Date.now() when first drawn (benchmarks read it)
   let socket = null, nsSocket = null, generation = 0, root = null;
-  let firstDrawAt = null;
+  let firstDrawAt = null, lastDrawMs = null;
 
   const vid = (vx) => [vx.g, vx.v, vx.r, vx.ns || "", vx.n].join("/");
   const aid = (a) => vid(a.s) + ">" + a.t + ">" + vid(a.d);
@@ -149,7 +149,6 @@
   function flush() {
     scheduled = false;
     const actions = pending; pending = [];
-    const now = Date.now();
     const addNodes = [], addEdges = [], update = [];
     cy.batch(() => {
       for (const act of actions) {
@@ -186,7 +185,6 @@
         if (!v || cy.getElementById(id).nonempty()) continue;
         nodes.push({ group: "nodes", data: { id, label: label(v.vx), color: COLORS[v.vx.r] || "#6e7781" },
           position: position(v), classes: root === id ? "root" : "" });
-        drawnAt.set(id, now);
       }
       for (const g of groups.values()) {
         const gid = "group:" + g.key;
@@ -229,6 +227,16 @@
       }
       if (edges.length) cy.add(edges);
     });
+    if (addNodes.length) {
+      // Drawn means painted: Cytoscape emits "render" after it has drawn the frame with these nodes.
+      const mine = generation;
+      cy.one("render", () => {
+        if (mine !== generation) return;
+        const now = Date.now();
+        for (const id of addNodes) if (!drawnAt.has(id)) drawnAt.set(id, now);
+        lastDrawMs = performance.now();
+      });
+    }
     if (firstDrawAt === null && vertices.size) { firstDrawAt = performance.now(); cy.fit(undefined, 30); }
     const selected = cy.$("node:selected");
     if (selected.nonempty() && update.includes(selected.id())) showDetails(selected.id());
@@ -273,7 +281,7 @@
     if (socket) socket.close(1000);
     vertices = new Map(); arcs = new Map(); waiting = new Map(); groups = new Map(); pending = []; drawnAt.clear();
     cy.elements().remove();
-    firstDrawAt = null;
+    firstDrawAt = null; lastDrawMs = null;
     showBanner("");
     setStatus("connecting", "Connecting to the cluster…");
     socket = new WebSocket(socketUrl(), SUBPROTOCOL);
@@ -358,6 +366,7 @@
     count: () => vertices.size,
     arcs: () => cy.edges().length,
     firstDrawMs: () => firstDrawAt,
+    lastDrawMs: () => lastDrawMs,
     drawnAt: (id) => drawnAt.get(id) || null,
     has: (id) => cy.getElementById(id).nonempty(),
     ids: (resource) => [...vertices.values()].filter((v) => !resource || v.vx.r === resource).map((v) => vid(v.vx)),
@@ -366,6 +375,16 @@
     renderedPosition: (id) => cy.getElementById(id).renderedPosition(),
     center: (id) => { cy.zoom(1.5); cy.center(cy.getElementById(id)); },
   };
+  // The form can be preset from the address: ?preset=networking&namespace=default&jsonpath=...
+  const params = new URLSearchParams(location.search);
+  if (params.get("preset") in PRESETS) controls.elements.preset.value = params.get("preset");
+  if (params.get("namespace")) {
+    const o = document.createElement("option");
+    o.value = o.textContent = params.get("namespace");
+    nsSelect.append(o);
+    nsSelect.value = params.get("namespace");
+  }
+  if (params.has("jsonpath")) controls.elements.jsonpath.value = params.get("jsonpath");
   loadNamespaces();
   connect();
 })();
