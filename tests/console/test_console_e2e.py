@@ -174,7 +174,16 @@ def test_console_end_to_end(
     expect(details).to_contain_text("Depends on")
     shot(page, "06-graph-pod-details", full_page=False)
 
+    # Keyboard only: find another Pod by name; its details take the focus.
+    other = graph_ids(page, "pods")[1].rsplit("/", 1)[1]
+    page.get_by_label("Find object").fill(other)
+    page.get_by_label("Find object").press("Enter")
+    expect(details.get_by_role("heading", name=other)).to_be_visible()
+    expect(details).to_be_focused()
+    expect(page.get_by_role("button", name="Show everything again")).to_be_hidden()
+
     # "What this depends on": only the Pod, its ReplicaSet and Deployment (and what else it uses) remain.
+    page.evaluate("(i) => window.tetherGraph.select(i)", pod)
     page.get_by_role("button", name="Show what this depends on").click()
     poll_sync(lambda: graph_ids(page, "pods") == [pod], "the graph rooted at the Pod", limit=60)
     assert page.evaluate("(i) => window.tetherGraph.has(i)", deployment)

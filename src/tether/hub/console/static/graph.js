@@ -359,6 +359,21 @@
 
   controls.addEventListener("submit", (event) => { event.preventDefault(); connect(); });
   clearRoot.addEventListener("click", () => { root = null; rootVx = null; clearRoot.hidden = true; connect(); });
+  // Keyboard users reach any object by name: select it, centre it, and move focus to its details.
+  document.getElementById("graph-find").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const text = String(new FormData(event.target).get("name") || "").trim().toLowerCase();
+    if (!text) return;
+    const match = [...vertices.keys()].find((id) => vertices.get(id).vx.n.toLowerCase() === text) ||
+      [...vertices.keys()].find((id) => vertices.get(id).vx.n.toLowerCase().includes(text));
+    if (!match) { showBanner(`No object named like "${text}" is in the graph.`); return; }
+    showBanner("");
+    cy.$("node:selected").unselect();
+    cy.getElementById(match).select();
+    cy.zoom(1.5); cy.center(cy.getElementById(match));
+    showDetails(match);
+    details.focus();
+  });
   document.getElementById("graph-fit").addEventListener("click", () => cy.fit(undefined, 30));
 
   // For tests and benchmarks: read-only views of the page's state.
