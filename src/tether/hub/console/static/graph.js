@@ -28,6 +28,8 @@
     configmaps: 3, secrets: 3, persistentvolumeclaims: 3, serviceaccounts: 3,
   };
   const LEVELS = 5;
+  const BULK = 1500;   // above this many objects, arcs are drawn without arrows...
+  const FAR_ZOOM = 0.3;  // ...and not at all below this zoom: painting 15,000 arcs at once costs seconds
   const COLORS = {
     deployments: "#1f6feb", statefulsets: "#1f6feb", daemonsets: "#1f6feb", replicasets: "#6f42c1",
     jobs: "#6f42c1", cronjobs: "#1f6feb", pods: "#1a7f37", services: "#bf8700", ingresses: "#bf8700",
@@ -47,7 +49,7 @@
   const cy = cytoscape({
     container: document.getElementById("graph-canvas"),
     layout: { name: "preset" },
-    minZoom: 0.02, maxZoom: 4, wheelSensitivity: 0.4,
+    minZoom: 0.02, maxZoom: 4,
     textureOnViewport: true, hideEdgesOnViewport: true, motionBlur: false, pixelRatio: 1,
     boxSelectionEnabled: false,
     style: [
@@ -69,6 +71,9 @@
       { selector: "edge.r", style: { "line-style": "dashed", "line-color": "#0969da", "target-arrow-color": "#0969da" } },
       { selector: "edge.t", style: { "line-style": "dotted", "line-color": "#bf8700", "target-arrow-color": "#bf8700" } },
       { selector: "edge.missing", style: { "opacity": 0.35 } },
+      // Big graphs: "haystack" lines draw several times faster, without arrows (details list the directions).
+      { selector: "edge.bulk", style: { "curve-style": "haystack", "haystack-radius": 0 } },
+      { selector: "edge.far", style: { "display": "none" } },
     ],
   });
 
@@ -81,7 +86,8 @@
   let scheduled = false;
   const drawnAt = new Map();  // vertex id -> Date.now() when first drawn (benchmarks read it)
   let socket = null, nsSocket = null, generation = 0, root = null;
-  let firstDrawAt = null, lastDrawMs = null;
+  let socketOpenMs = null;
+  let firstDrawAt = null, lastDrawMs = null, firstMessageMs = null, lastMessageMs = null;
 
   const vid = (vx) => [vx.g, vx.v, vx.r, vx.ns || "", vx.n].join("/");
   const aid = (a) => vid(a.s) + ">" + a.t + ">" + vid(a.d);
@@ -150,6 +156,7 @@
     scheduled = false;
     const actions = pending; pending = [];
     const addNodes = [], addEdges = [], update = [];
+    let addedEdges = 0;
     cy.batch(() => {
       for (const act of actions) {
         if (act.darc) {
@@ -189,7 +196,7 @@
       for (const g of groups.values()) {
         const gid = "group:" + g.key;
         const gpos = { x: g.origin.x - DX / 2, y: g.origin.y };
-        if (cy.getElementById(gid).empty()) nodes.push({ group: "nodes", data: { id: gid, label: g.key }, position: gpos, classes: "group" });
+        if (cy.getElementById(gid).empty()) nodes.push({ group: "nodes", data: { id: gid, label: g.key, color: "#ffffff" }, position: gpos, classes: "group" });
         else if (g.dirty) cy.getElementById(gid).position(gpos);
         if (g.dirty) {
           for (const rows of g.rows) for (const id of rows) {
@@ -202,7 +209,8 @@
       if (nodes.length) cy.add(nodes);
       const edges = [];
       const edgeFor = (id, a) => ({ group: "edges", data: { id, source: vid(a.s), target: vid(a.d) },
-        classes: a.t + (a.a && a.a.e ? " missing" : "") });
+        classes: a.t + (a.a && a.a.e ? " missing" : "") + (vertices.size > BULK ? " bulk" : "") +
+          (arcsHidden ? " far" : "") });
       for (const id of addEdges) {
         const a = arcs.get(id);
         if (!a) continue;
@@ -226,8 +234,9 @@
         }
       }
       if (edges.length) cy.add(edges);
+      addedEdges = edges.length;
     });
-    if (addNodes.length) {
+    if (addNodes.length || addedEdges) {
       // Drawn means painted: Cytoscape emits "render" after it has drawn the frame with these nodes.
       const mine = generation;
       cy.one("render", () => {
@@ -238,17 +247,48 @@
       });
     }
     if (firstDrawAt === null && vertices.size) { firstDrawAt = performance.now(); cy.fit(undefined, 30); }
+    updateArcVisibility();
     const selected = cy.$("node:selected");
     if (selected.nonempty() && update.includes(selected.id())) showDetails(selected.id());
     setStatus("live");
   }
-  function schedule() { if (!scheduled) { scheduled = true; requestAnimationFrame(flush); } }
+  // Draw when the stream pauses (50 ms without a message) or at least once a second while it flows: a big
+  // initial graph arrives in many messages, and drawing after each would repaint thousands of nodes each time.
+  let pendingSince = 0;
+  function tick() {
+    const now = performance.now();
+    if (now - lastMessageMs < 50 && now - pendingSince < 1000) { setTimeout(tick, 50); return; }
+    requestAnimationFrame(flush);
+  }
+  // Level of detail: a big graph seen whole shows its objects; its arcs appear when zoomed in, where only the
+  // visible part is painted. Each change then repaints in about a tenth of the time.
+  let arcsHidden = false;
+  function updateArcVisibility() {
+    const hide = vertices.size > BULK && cy.zoom() < FAR_ZOOM;
+    if (hide === arcsHidden) return;
+    arcsHidden = hide;
+    cy.batch(() => cy.edges().toggleClass("far", hide));
+    setStatus(statusEl.dataset.state);
+  }
+  let zoomPending = false;
+  cy.on("zoom", () => {
+    if (zoomPending) return;
+    zoomPending = true;
+    requestAnimationFrame(() => { zoomPending = false; updateArcVisibility(); });
+  });
+  function schedule() {
+    if (scheduled) return;
+    scheduled = true;
+    pendingSince = performance.now();
+    setTimeout(tick, 50);
+  }
 
   function setStatus(state, text) {
     statusEl.dataset.state = state;
     statusEl.dataset.vertices = String(vertices.size);
     statusEl.dataset.arcs = String(cy.edges().length);
     statusEl.textContent = text || `${vertices.size} objects, ${cy.edges().length} arcs — live` +
+      (arcsHidden ? " — zoom in to see the arcs" : "") +
       (root ? ` — showing what ${root.split("/").slice(2).join("/")} depends on` : "");
   }
   function showBanner(text) { banner.textContent = text; banner.hidden = !text; }
@@ -265,7 +305,8 @@
     const ns = form.get("namespace");
     const jsonPath = String(form.get("jsonpath") || "").trim();
     const object = jsonPath ? { json_path: jsonPath } : {};
-    const req = { queries: [{ include: { resource_selector_expression: PRESETS[form.get("preset")] || PRESETS.workloads, object } }] };
+    const expression = form.get("preset") === "custom" ? customQuery : PRESETS[form.get("preset")] || PRESETS.workloads;
+    const req = { queries: [{ include: { resource_selector_expression: expression, object } }] };
     if (ns) req.namespaces = { names: [ns] };
     if (root) {
       const v = vertices.get(root) || { vx: rootVx };
@@ -276,18 +317,23 @@
     return req;
   }
   let rootVx = null;
+  let customQuery = "";
   function connect() {
     const mine = ++generation;
     if (socket) socket.close(1000);
+    arcsHidden = false;
     vertices = new Map(); arcs = new Map(); waiting = new Map(); groups = new Map(); pending = []; drawnAt.clear();
     cy.elements().remove();
-    firstDrawAt = null; lastDrawMs = null;
+    firstDrawAt = null; lastDrawMs = null; firstMessageMs = null; lastMessageMs = null;
     showBanner("");
     setStatus("connecting", "Connecting to the cluster…");
     socket = new WebSocket(socketUrl(), SUBPROTOCOL);
-    socket.onopen = () => socket.send(JSON.stringify(request()));
+    socket.onopen = () => { socketOpenMs = performance.now(); socket.send(JSON.stringify(request())); };
     socket.onmessage = (event) => {
       if (mine !== generation) return;
+      const now = performance.now();
+      if (firstMessageMs === null) firstMessageMs = now;
+      lastMessageMs = now;
       const msg = JSON.parse(event.data);
       if (msg.error) { showBanner(`The graph stopped: ${msg.error.reason}`); return; }
       if (msg.warnings) showBanner("Warnings from the agent: " + msg.warnings.map((w) => w.m || w.t).join("; "));
@@ -382,6 +428,7 @@
     arcs: () => cy.edges().length,
     firstDrawMs: () => firstDrawAt,
     lastDrawMs: () => lastDrawMs,
+    timings: () => ({ firstMessageMs, lastMessageMs, lastDrawMs, socketOpenMs }),
     drawnAt: (id) => drawnAt.get(id) || null,
     has: (id) => cy.getElementById(id).nonempty(),
     ids: (resource) => [...vertices.values()].filter((v) => !resource || v.vx.r === resource).map((v) => vid(v.vx)),
@@ -393,6 +440,14 @@
   // The form can be preset from the address: ?preset=networking&namespace=default&jsonpath=...
   const params = new URLSearchParams(location.search);
   if (params.get("preset") in PRESETS) controls.elements.preset.value = params.get("preset");
+  if (params.get("query")) {
+    // A resource selector expression of one's own (CEL over group, version, resource, namespaced).
+    customQuery = params.get("query");
+    const o = document.createElement("option");
+    o.value = "custom"; o.textContent = "Custom: " + customQuery;
+    controls.elements.preset.append(o);
+    controls.elements.preset.value = "custom";
+  }
   if (params.get("namespace")) {
     const o = document.createElement("option");
     o.value = o.textContent = params.get("namespace");
