@@ -103,7 +103,8 @@
     }
     return g;
   }
-  function bandRows(count) { return Math.max(1, Math.ceil(count / COLS) + HEADROOM); }
+  // A quarter more rows than needed, so that a growing group is re-packed rarely.
+  function bandRows(count) { return Math.max(1, Math.ceil((count * 1.25) / COLS) + HEADROOM); }
   function groupHeight(g) {
     let rows = 0;
     for (let l = 0; l < LEVELS; l++) rows += g.rows[l].length ? bandRows(g.rows[l].length) : 0;
