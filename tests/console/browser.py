@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = Path(os.environ.get("TETHER_SCREENSHOTS", ROOT / "build" / "console-screenshots"))
@@ -22,20 +20,6 @@ SCREENSHOTS = Path(os.environ.get("TETHER_SCREENSHOTS", ROOT / "build" / "consol
 def chromium_path() -> str | None:
     """The system Chromium, or None."""
     return shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-@pytest.fixture(scope="session")
-def browser() -> Iterator[Browser]:
-    """One headless Chromium for the session."""
-    executable = chromium_path()
-    if executable is None:
-        pytest.skip("Debian's chromium is not installed (scripts/bootstrap.sh installs it)")
-    with sync_playwright() as playwright:
-        instance = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox", "--disable-gpu"])
-        try:
-            yield instance
-        finally:
-            instance.close()
 
 
 def new_page(browser: Browser, width: int = 1280, height: int = 900) -> Page:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from tests.console.browser import browser, new_page, shot, sign_in
+from tests.console.browser import new_page, shot, sign_in
 from tests.fixtures.hub import HubLauncher, RealHub
 from tests.fixtures.k8s import Kubectl
 from tests.fixtures.system import KasProc, System
@@ -23,7 +23,6 @@ from tether.devenv.cluster import ClusterInfo
 from tether.devenv.redis_server import RedisServer
 
 pytestmark = [pytest.mark.k8s, pytest.mark.redis]
-__all__ = ["browser"]
 
 NO_CACHE = {"agent": {"kubernetes_api": {"allowed_agent_cache_ttl": "0s", "allowed_agent_cache_error_ttl": "0s"}}}
 NAMESPACE = "console-e2e"

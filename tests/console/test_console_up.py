@@ -15,13 +15,12 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, expect
 
-from tests.console.browser import browser, new_page, shot, sign_in
+from tests.console.browser import new_page, shot, sign_in
 from tests.fixtures.system import TETHER
 from tests.support.polling import poll_sync
 from tether.devenv.assets import AssetsMissing, locate
 
 pytestmark = pytest.mark.k8s
-__all__ = ["browser"]
 
 
 def test_make_up_prints_the_console_first_and_its_token_signs_in(tmp_path: Path, browser: Browser) -> None:
