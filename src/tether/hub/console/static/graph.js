@@ -187,6 +187,7 @@
       let moved = false;
       for (const g of groups.values()) if (g.dirty) { moved = true; }
       if (moved) placeGroups();
+      const added = new Set(addNodes);
       const nodes = [];
       for (const id of addNodes) {
         const v = vertices.get(id);
@@ -202,7 +203,7 @@
         if (g.dirty) {
           for (const rows of g.rows) for (const id of rows) {
             const v = vertices.get(id);
-            if (v && !addNodes.includes(id)) cy.getElementById(id).position(position(v));
+            if (v && !added.has(id)) cy.getElementById(id).position(position(v));
           }
           g.dirty = false;
         }
