@@ -1,15 +1,15 @@
 // The live cluster graph: Graph API messages (docs/graph.md §7) applied to a Cytoscape.js graph.
-// Layout is our own and incremental: objects are grouped by namespace, and within a group placed in rows by
-// kind (workloads, then their ReplicaSets/Jobs, then Pods, then what Pods use). A new object takes the next
-// free slot of its row, so a change never re-lays out the whole graph; a group is re-packed only when a row of
-// it is full.
+// Layout is our own and incremental: objects are grouped by namespace, and within a group placed in bands by
+// kind, left to right (workloads, then their ReplicaSets/Jobs, then Pods, then what Pods use, then the rest).
+// A new object takes the next free slot of its band, so a change never moves other objects of its group; a
+// group moves only when one above it outgrows the space its grid row was given.
 (function () {
   "use strict";
   const app = document.getElementById("graph-app");
   if (!app || typeof cytoscape === "undefined") return;
 
   const SUBPROTOCOL = "gitlab-agent-graph-api";
-  const COLS = 20, DX = 96, DY = 64, GROUP_GAP = 140, GROUPS_PER_ROW = 4, HEADROOM = 1;
+  const COLS = 10, DX = 96, DY = 64, BAND_GAP = 160, GROUP_GAP = 240, GROUPS_PER_ROW = 2;
   const PRESETS = {
     workloads: "(group == 'apps' && resource in ['deployments', 'replicasets', 'statefulsets', 'daemonsets']) || " +
       "(group == 'batch' && resource in ['jobs', 'cronjobs']) || (group == '' && resource == 'pods')",
@@ -97,58 +97,64 @@
   function groupOf(key) {
     let g = groups.get(key);
     if (!g) {
-      g = { key, rows: Array.from({ length: LEVELS }, () => []), origin: { x: 0, y: 0 }, order: groups.size, capacity: [] };
+      g = { key, rows: Array.from({ length: LEVELS }, () => []), origin: { x: 0, y: 0 }, allotted: 0 };
       groups.set(key, g);
       placeGroups();
     }
     return g;
   }
-  // A quarter more rows than needed, so that a growing group is re-packed rarely.
-  function bandRows(count) { return Math.max(1, Math.ceil((count * 1.25) / COLS) + HEADROOM); }
+  // A group's bands are as wide as its widest band (up to COLS slots), and empty bands take no room: small
+  // graphs stay compact. That shape changes only while a group is small or a kind first appears in it; then
+  // that group alone is re-placed.
+  function shape(g) {
+    const width = Math.max(1, Math.min(COLS, ...g.rows.map((band) => band.length)));
+    const index = [];
+    let next = 0;
+    g.rows.forEach((band, level) => { index[level] = next; if (band.length) next += 1; });
+    return { width, index, bands: Math.max(1, next) };
+  }
+  const GROUP_WIDTH = LEVELS * (COLS * DX + BAND_GAP);
   function groupHeight(g) {
-    let rows = 0;
-    for (let l = 0; l < LEVELS; l++) rows += g.rows[l].length ? bandRows(g.rows[l].length) : 0;
-    return Math.max(rows, 1) * DY + 60;
+    const { index } = shape(g);
+    let rows = 1;
+    g.rows.forEach((band, level) => { rows = Math.max(rows, index[level] + Math.ceil(band.length / COLS)); });
+    return rows * DY + 60;
   }
   function placeGroups() {
-    // Groups sorted by name on a grid; row heights follow the tallest group of each row.
+    // Groups sorted by name on a grid; each grid row is given half again the height of its tallest group, so
+    // that groups below move only when a group outgrows that.
     const sorted = [...groups.values()].sort((a, b) => a.key.localeCompare(b.key));
     let y = 0;
     for (let i = 0; i < sorted.length; i += GROUPS_PER_ROW) {
       const row = sorted.slice(i, i + GROUPS_PER_ROW);
-      let tallest = 0;
+      const height = Math.max(...row.map(groupHeight)) * 1.5;
       row.forEach((g, k) => {
-        const moved = g.origin.x !== k * (COLS * DX + GROUP_GAP) || g.origin.y !== y;
-        g.origin = { x: k * (COLS * DX + GROUP_GAP), y };
-        tallest = Math.max(tallest, groupHeight(g));
-        if (moved) g.dirty = true;
+        const origin = { x: k * (GROUP_WIDTH + GROUP_GAP), y };
+        if (g.origin.x !== origin.x || g.origin.y !== origin.y) g.dirty = true;
+        g.origin = origin;
+        g.allotted = height;
       });
-      y += tallest + GROUP_GAP;
+      y += height + GROUP_GAP;
     }
-  }
-  function packGroup(g) {
-    // Band l starts below the bands before it; slots are row-major within a band.
-    g.capacity = [];
-    let rowStart = 0;
-    for (let l = 0; l < LEVELS; l++) {
-      g.rows[l] = g.rows[l].filter((id) => vertices.has(id));
-      g.capacity[l] = { start: rowStart, slots: g.rows[l].length ? bandRows(g.rows[l].length) * COLS : 0 };
-      g.rows[l].forEach((id, slot) => { vertices.get(id).slot = slot; });
-      rowStart += g.rows[l].length ? bandRows(g.rows[l].length) : 0;
-    }
-    g.dirty = true;
   }
   function position(v) {
-    const g = groups.get(v.group), band = g.capacity[v.level];
-    return { x: g.origin.x + (v.slot % COLS) * DX, y: g.origin.y + 40 + (band.start + Math.floor(v.slot / COLS)) * DY };
+    // Bands side by side, each a row lower than the one before (arcs between neighbouring bands then fan out
+    // instead of running along one line); a band grows downwards.
+    const g = groups.get(v.group), band = g.shape.index[v.level];
+    return {
+      x: g.origin.x + band * (g.shape.width * DX + BAND_GAP) + (v.slot % COLS) * DX,
+      y: g.origin.y + 40 + band * DY + Math.floor(v.slot / COLS) * DY,
+    };
   }
   function addToGroup(id, v) {
     const g = groupOf(v.group);
     const rows = g.rows[v.level];
-    rows.push(id);
+    rows.push(id);   // a deleted object leaves its slot empty
     v.slot = rows.length - 1;
-    const band = g.capacity[v.level];
-    if (!band || v.slot >= band.slots) packGroup(g);   // this row is full: re-pack this group only
+    const next = shape(g);
+    if (!g.shape || next.width !== g.shape.width || next.bands !== g.shape.bands) g.dirty = true;
+    g.shape = next;
+    if (groupHeight(g) > g.allotted) placeGroups();
   }
 
   // ---- applying actions -----------------------------------------------------------------------------------
@@ -184,9 +190,6 @@
           addEdges.push(id);
         }
       }
-      let moved = false;
-      for (const g of groups.values()) if (g.dirty) { moved = true; }
-      if (moved) placeGroups();
       const added = new Set(addNodes);
       const nodes = [];
       for (const id of addNodes) {
