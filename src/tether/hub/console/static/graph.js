@@ -29,7 +29,8 @@
   };
   const LEVELS = 5;
   const BULK = 1500;   // above this many objects, arcs are drawn without arrows...
-  const FAR_ZOOM = 0.3;  // ...and not at all below this zoom: painting 15,000 arcs at once costs seconds
+  const FAR_ZOOM = 0.3;  // ...and, with the objects' names, not at all below this zoom: painting 15,000 arcs or
+                         // measuring 5,000 names costs seconds
   const COLORS = {
     deployments: "#1f6feb", statefulsets: "#1f6feb", daemonsets: "#1f6feb", replicasets: "#6f42c1",
     jobs: "#6f42c1", cronjobs: "#1f6feb", pods: "#1a7f37", services: "#bf8700", ingresses: "#bf8700",
@@ -56,7 +57,7 @@
       { selector: "node", style: {
         "width": 22, "height": 22, "background-color": "data(color)", "label": "data(label)",
         "font-size": 9, "min-zoomed-font-size": 7, "text-valign": "bottom", "text-margin-y": 3,
-        "text-max-width": 90, "text-wrap": "ellipsis", "color": "#24292f" } },
+        "text-wrap": "none", "color": "#24292f" } },
       { selector: "node.group", style: {
         "shape": "round-rectangle", "background-opacity": 0, "border-width": 0, "width": 1, "height": 1,
         "label": "data(label)", "font-size": 22, "font-weight": "bold", "text-valign": "top", "text-halign": "right",
@@ -74,6 +75,7 @@
       // Big graphs: "haystack" lines draw several times faster, without arrows (details list the directions).
       { selector: "edge.bulk", style: { "curve-style": "haystack", "haystack-radius": 0 } },
       { selector: "edge.far", style: { "display": "none" } },
+      { selector: "node.far", style: { "label": "" } },
     ],
   });
 
@@ -196,7 +198,7 @@
         const v = vertices.get(id);
         if (!v || cy.getElementById(id).nonempty()) continue;
         nodes.push({ group: "nodes", data: { id, label: label(v.vx), color: COLORS[v.vx.r] || "#6e7781" },
-          position: position(v), classes: root === id ? "root" : "" });
+          position: position(v), classes: (root === id ? "root" : "") + (arcsHidden ? " far" : "") });
       }
       for (const g of groups.values()) {
         const gid = "group:" + g.key;
@@ -272,7 +274,7 @@
     const hide = vertices.size > BULK && cy.zoom() < FAR_ZOOM;
     if (hide === arcsHidden) return;
     arcsHidden = hide;
-    cy.batch(() => cy.edges().toggleClass("far", hide));
+    cy.batch(() => cy.elements(hide ? ":unselected" : "*").not(".group").toggleClass("far", hide));
     setStatus(statusEl.dataset.state);
   }
   let zoomPending = false;
