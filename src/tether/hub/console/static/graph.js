@@ -9,7 +9,7 @@
   if (!app || typeof cytoscape === "undefined") return;
 
   const SUBPROTOCOL = "gitlab-agent-graph-api";
-  const COLS = 10, DX = 96, DY = 64, BAND_GAP = 160, GROUP_GAP = 240, GROUPS_PER_ROW = 2;
+  const COLS = 10, DX = 150, DY = 64, BAND_GAP = 160, GROUP_GAP = 240, GROUPS_PER_ROW = 2;
   const PRESETS = {
     workloads: "(group == 'apps' && resource in ['deployments', 'replicasets', 'statefulsets', 'daemonsets']) || " +
       "(group == 'batch' && resource in ['jobs', 'cronjobs']) || (group == '' && resource == 'pods')",
