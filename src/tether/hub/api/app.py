@@ -31,6 +31,7 @@ from tether.hub.api.routes_users import router as users_router
 from tether.hub.api.routes_workspaces_internal import router as workspaces_internal_router
 from tether.hub.api.state import HubState
 from tether.hub.config import HubConfig
+from tether.hub.console import routes as console
 from tether.hub.db.engine import Database
 from tether.hub.db.migrate import ensure_current
 from tether.hub.kas_client import KasApiClient
@@ -106,6 +107,7 @@ def create_app(config: HubConfig, gitlab_secret: bytes) -> FastAPI:
     app.include_router(api)
     app.include_router(graphql_router())
     app.include_router(sessions_router)
+    console.install(app)
 
     @app.get("/-/health", tags=["meta"], summary="Liveness")
     async def health() -> dict[str, str]:
