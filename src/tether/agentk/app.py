@@ -116,6 +116,7 @@ class AgentkApp:
             stack.push_async_callback(web_runner.cleanup)
 
             metadata = config.call_metadata()
+            self._api.kas_channel, self._api.kas_metadata = kas_channel, metadata
 
             def new_connection(listener: TunnelListener) -> PooledConnection:
                 return TunnelConnection(
@@ -127,6 +128,7 @@ class AgentkApp:
             stack.push_async_callback(self._pool.stop, config.shutdown_grace_s)
 
             agent_meta = build_agent_meta(await _kube_version(kube))
+            self._api.pod_namespace, self._api.pod_name = agent_meta.pod_namespace, agent_meta.pod_name
             self._watcher = ConfigurationWatcher(kas_channel, agent_meta, self._on_configuration, metadata=metadata)
             watcher = self._watcher
             # The watcher retries on its own; a crash of the loop itself is logged and restarted (issue 9).

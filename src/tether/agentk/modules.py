@@ -6,9 +6,11 @@ from tether.modagent.api import AgentModuleFactory
 from tether.modules.graph.agent import GraphAgentFactory
 from tether.modules.kubernetes_api.agent import KubernetesApiAgentFactory
 from tether.modules.pods.agent import PodsAgentFactory
+from tether.modules.remote_development.agent.worker import RemoteDevelopmentAgentFactory
 
 AGENT_MODULES: list[AgentModuleFactory] = [
     PodsAgentFactory(),
     KubernetesApiAgentFactory(),
     GraphAgentFactory(),
+    RemoteDevelopmentAgentFactory(),
 ]

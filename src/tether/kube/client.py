@@ -242,6 +242,46 @@ class KubeClient:
             platform=str(data.get("platform", "")),
         )
 
+    async def send_json(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        params: Mapping[str, str] | None = None,
+        *,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        """Send a write (``POST``, ``PUT``, ``PATCH``, ``DELETE``) with a JSON body; return the decoded answer.
+
+        Server-side apply is ``PATCH`` with ``content_type="application/apply-patch+yaml"`` (JSON is YAML) and
+        ``params={"fieldManager": ..., "force": "true"}``.
+
+        Raises:
+            KubeApiError: non-2xx answer (from the ``Status`` body), e.g. 404, 409, 422 with the reason.
+            KubeConnectionError: network/TLS failure or timeout.
+        """
+        session = self._ensure_session()
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        token = self._bearer_token()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        url = self._credentials.server + path
+        data = None if body is None else json.dumps(body).encode()
+        try:
+            async with session.request(method, url, params=dict(params or {}), headers=headers, data=data) as response:
+                answer = await response.read()
+                if response.status >= 300:
+                    raise _api_error(response.status, response.reason or "", answer)
+        except aiohttp.ClientError as exc:
+            raise KubeConnectionError(f"{method} {url}: {exc}") from exc
+        except TimeoutError as exc:
+            raise KubeConnectionError(f"{method} {url}: timed out after {self._timeout.total} s") from exc
+        try:
+            decoded = json.loads(answer) if answer else {}
+        except ValueError as exc:
+            raise KubeConnectionError(f"{method} {url}: response is not JSON") from exc
+        return decoded if isinstance(decoded, dict) else {}
+
     async def close(self) -> None:
         """Close the connection pool; the client must not be used afterwards."""
         if self._session is not None:

@@ -11,8 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from grpc import aio
+
 from tether.kube.client import KubeClient
 from tether.kube.kubeconfig import KubeCredentials
+from tether.modagent.gitlab_request import GitlabRequestError, GitlabResponse, make_gitlab_request
 from tether.modagent.internal_server import InternalServer
 from tether.modshared.module import Module, Spawner
 from tether.pb.gitlab.agent.agentcfg import agentcfg_pb2
@@ -38,6 +41,29 @@ class AgentApi:
     internal_server: InternalServer
     spawn: Spawner
     configuration_callbacks: list[ConfigurationCallback] = field(default_factory=list)
+    #: Where agentk runs (``POD_NAMESPACE``/``POD_NAME``); set by the process before any configuration arrives.
+    pod_namespace: str = "default"
+    pod_name: str = ""
+    #: The connection to kas and the call metadata (agent token); set once the process has dialled kas.
+    kas_channel: aio.Channel | None = None
+    kas_metadata: tuple[tuple[str, str], ...] = ()
+
+    async def make_gitlab_request(
+        self, module_name: str, path: str, *, method: str = "GET", body: bytes = b"", timeout_s: float = 60.0
+    ) -> GitlabResponse:
+        """An HTTP request to the hub's ``/api/v4/internal/kubernetes/modules/<module_name><path>`` through kas.
+
+        Upstream ``modagent.Api.MakeGitLabRequest``; the hub's status and body come back unchanged.
+
+        Raises:
+            GitlabRequestError: not connected to kas yet, kas refused, or the hub is unreachable
+                (``retryable`` says whether trying again later may work).
+        """
+        if self.kas_channel is None:
+            raise GitlabRequestError("not connected to kas yet", retryable=True)
+        return await make_gitlab_request(
+            self.kas_channel, self.kas_metadata, module_name, path, method=method, body=body, timeout_s=timeout_s
+        )
 
     def on_configuration(self, callback: ConfigurationCallback) -> None:
         """Call ``callback`` with each new agent configuration kas sends (kas.md §6.3 "Apply").

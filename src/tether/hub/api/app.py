@@ -28,12 +28,14 @@ from tether.hub.api.routes_members import router as members_router
 from tether.hub.api.routes_projects import router as projects_router
 from tether.hub.api.routes_sessions import router as sessions_router
 from tether.hub.api.routes_users import router as users_router
+from tether.hub.api.routes_workspaces_internal import router as workspaces_internal_router
 from tether.hub.api.state import HubState
 from tether.hub.config import HubConfig
 from tether.hub.console import routes as console
 from tether.hub.db.engine import Database
 from tether.hub.db.migrate import ensure_current
 from tether.hub.kas_client import KasApiClient
+from tether.hub.workspaces.graphql import router as graphql_router
 from tether.tool.secrets import load_base64_secret
 
 log = logging.getLogger(__name__)
@@ -92,6 +94,7 @@ def create_app(config: HubConfig, gitlab_secret: bytes) -> FastAPI:
         agents_router,
         agent_tokens_router,
         agent_config_router,
+        workspaces_internal_router,  # before internal_router: its catch-all would answer 404
         internal_router,
     ):
         api.include_router(router)
@@ -102,6 +105,7 @@ def create_app(config: HubConfig, gitlab_secret: bytes) -> FastAPI:
         return {"version": __version__, "revision": "tether"}
 
     app.include_router(api)
+    app.include_router(graphql_router())
     app.include_router(sessions_router)
     console.install(app)
 
