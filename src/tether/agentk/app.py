@@ -28,6 +28,7 @@ from tether.agentk.internal_server import InternalServer
 from tether.kube.client import KubeClient, KubeError, ServerVersion
 from tether.kube.kubeconfig import load_credentials
 from tether.modules.agent_configuration.agent_watcher import ConfigurationWatcher, build_agent_meta
+from tether.modules.agent_registrar.agent import Registrar
 from tether.modules.graph.agent import GraphServicer
 from tether.modules.kubernetes_api.agent import SERVICE as KUBERNETES_API_SERVICE
 from tether.modules.kubernetes_api.agent import KubernetesApiAgent
@@ -35,6 +36,7 @@ from tether.modules.pods.agent import PodsServicer
 from tether.modules.reverse_tunnel.agent_connection import ConnectedTunnels, TunnelConnection
 from tether.modules.reverse_tunnel.agent_pool import ConnectionPool, PooledConnection, TunnelListener
 from tether.pb.gitlab.agent.agentcfg import agentcfg_pb2
+from tether.pb.gitlab.agent.entity import entity_pb2
 from tether.pb.gitlab.agent.pods.rpc import rpc_pb2_grpc as pods_grpc
 
 __all__ = ["AgentkApp", "configure_logging"]
@@ -159,6 +161,14 @@ class AgentkApp:
             self._watcher = ConfigurationWatcher(kas_channel, agent_meta, self._on_configuration, metadata=metadata)
             watcher_task = asyncio.create_task(self._watcher.run(), name="configuration-watcher")
             stack.push_async_callback(_cancel_and_wait, watcher_task)
+
+            async def current_meta() -> entity_pb2.AgentMeta:
+                # Upstream re-reads the cluster's version before every registration.
+                return build_agent_meta(await _kube_version(kube))
+
+            registrar = Registrar(kas_channel, current_meta, metadata=metadata)
+            registrar_task = asyncio.create_task(registrar.run(), name="agent-registrar")
+            stack.push_async_callback(_cancel_and_wait, registrar_task)
             _log.info("agentk_started", version=__version__, kas=config.kas.target, pod=agent_meta.pod_name)
 
             await stop.wait()

@@ -29,6 +29,7 @@ from tether.kas.gitlab_client import GitlabClient
 from tether.kas.instance_registry import KasInstanceRegistry
 from tether.kas.observability import GaugeCollector, ObservabilityServer
 from tether.modules.agent_configuration.kas_server import AgentConfigurationServicer
+from tether.modules.agent_registrar.server import AgentRegistrarServicer
 from tether.modules.agent_tracker.api import AgentTrackerServicer
 from tether.modules.agent_tracker.tracker import AgentTracker
 from tether.modules.kubernetes_api.auth import ProxyUserAuthorizer
@@ -43,6 +44,7 @@ from tether.modules.routing.kas_pool import KasPool
 from tether.modules.routing.notifier import TunnelNotifier
 from tether.modules.routing.router import Router, RoutingOptions
 from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2_grpc as config_grpc
+from tether.pb.gitlab.agent.agent_registrar.rpc import rpc_pb2_grpc as registrar_grpc
 from tether.pb.gitlab.agent.agent_tracker.rpc import rpc_pb2_grpc as tracker_grpc
 from tether.pb.gitlab.agent.event.event_pb2 import TunnelsAvailable
 from tether.pb.gitlab.agent.kas.instance_pb2 import KasInstanceInfo
@@ -253,6 +255,9 @@ class KasApp:
                 self.stopping,
             ),
             server,
+        )
+        registrar_grpc.add_AgentRegistrarServicer_to_server(
+            AgentRegistrarServicer(self.auth, self.agent_tracker), server
         )
         return server
 

@@ -40,6 +40,8 @@ class AgentTracker:
         ttl_s: seconds a registration lives without refresh (``agent.redis_conn_info_ttl``, 300).
         refresh_s: seconds between refreshes (``agent.redis_conn_info_refresh``, 240).
         gc_s: seconds between GC rounds (``agent.redis_conn_info_gc``, 600).
+        pod_ttl_s: seconds a pod's ``Register`` entry lives unless the pod registers again (agentk calls every
+            300 s, kas.md §3.3; the default leaves a minute of slack).
 
     Backend errors (``redis.exceptions.RedisError``, ``OSError``, ``ConnectionError``) propagate from every method
     except :meth:`run`, which logs and retries.
@@ -53,6 +55,7 @@ class AgentTracker:
         ttl_s: float = 300,
         refresh_s: float = 240,
         gc_s: float = 600,
+        pod_ttl_s: float = 360,
     ) -> None:
         base = f"{key_prefix}:agent_tracker2".encode()
         self._by_agent_prefix = base + b":conn_by_agent_id:"
@@ -63,6 +66,8 @@ class AgentTracker:
         self._gc_s = gc_s
         # One hash family over all three keys, so a registration is one transaction (seed 000 "transactions").
         self._hash: ExpiringHash[bytes] = ExpiringHash(backend, ttl_s, _identity)
+        # Pods registered through AgentRegistrar.Register live only as long as the pod keeps calling.
+        self._pods: ExpiringHash[bytes] = ExpiringHash(backend, pod_ttl_s, _identity)
         self._backend = backend
 
     def agent_key(self, agent_id: int) -> bytes:
@@ -110,6 +115,42 @@ class AgentTracker:
         if not self._hash.owned_fields(agent_key):
             self._hash.forget(self._connected_agents_key, str(info.agent_id))
         await self._publish(AgentDisconnected(info=info))
+
+    async def register_pod(self, info: ConnectedAgentInfo) -> None:
+        """Write the entry of a pod that registered itself (``AgentRegistrar.Register``), under the same three keys.
+
+        The connection id is the pod's ``pod_id``, so a repeated call overwrites the same entry with a fresh
+        expiry (``pod_ttl_s``). Unlike :meth:`register_connection` the entry is not kept in memory or refreshed
+        by kas: it expires unless the pod registers again (upstream fixed its leak of such entries this way,
+        kas.md §3.3 "Known issue"). Publishes ``AgentConnected{info}``.
+
+        Raises:
+            the backend's error.
+        """
+        payload = info.SerializeToString()
+        items = [
+            (self.agent_key(info.agent_id), str(info.connection_id), payload),
+            (self.project_key(info.project_id), str(info.connection_id), payload),
+            (self._connected_agents_key, str(info.agent_id), b""),
+        ]
+        await self._pods.set_many(items)
+        for key, field, _ in items:
+            self._pods.forget(key, field)
+        await self._publish(AgentConnected(info=info))
+
+    async def unregister_agent(self, agent_id: int) -> int:
+        """Delete every connection of ``agent_id`` (of any kas): kas learnt its token is no longer valid.
+
+        Returns:
+            the number of connections removed.
+
+        Raises:
+            the backend's error.
+        """
+        infos = await self.connections_by_agent_id(agent_id)
+        for info in infos:
+            await self.unregister_connection(info)
+        return len(infos)
 
     async def connections_by_agent_id(self, agent_id: int) -> list[ConnectedAgentInfo]:
         """Return the live connections of ``agent_id`` registered by any kas, ordered by connection id."""

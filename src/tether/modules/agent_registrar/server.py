@@ -1,0 +1,70 @@
+"""kas' ``AgentRegistrar.Register``: one agent tracker entry per agentk pod, refreshed by each call (kas.md §3.3).
+
+The entry is the same ``ConnectedAgentInfo`` the configuration stream registers, with the pod's ``pod_id`` as
+connection id, so the hub lists upstream agentk (which sends ``skip_register = true`` on its configuration
+stream) and Tether agentk alike. kas does not refresh it: the pod's next call does, else it expires.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from tether.kas.agent_auth import AgentAuthenticator, AuthError
+from tether.modules.agent_tracker.tracker import AgentTracker
+from tether.pb.gitlab.agent.agent_registrar.rpc import rpc_pb2, rpc_pb2_grpc
+from tether.pb.gitlab.agent.agent_tracker.agent_tracker_pb2 import ConnectedAgentInfo
+
+log = logging.getLogger(__name__)
+
+#: Bounds on what a pod may store about itself (bytes of the serialized ``AgentMeta``).
+MAX_AGENT_META_BYTES = 4096
+
+
+class AgentRegistrarServicer(rpc_pb2_grpc.AgentRegistrarServicer):
+    """Serves ``Register`` on kas' agent listener.
+
+    Args:
+        auth: resolves the agent token of each call.
+        tracker: where the pod's entry is written.
+    """
+
+    def __init__(self, auth: AgentAuthenticator, tracker: AgentTracker) -> None:
+        self._auth = auth
+        self._tracker = tracker
+
+    async def Register(self, request: rpc_pb2.RegisterRequest, context: Any) -> rpc_pb2.RegisterResponse:
+        """Create or refresh the pod's entry.
+
+        Errors: the token's (``UNAUTHENTICATED``, ``PERMISSION_DENIED``, ``NOT_FOUND``); ``INVALID_ARGUMENT``
+        for a missing ``pod_id`` or an oversized ``agent_meta``; ``UNAVAILABLE`` when the store fails
+        (upstream answers ``Unavailable "Failed to register agent"`` too).
+        """
+        try:
+            agent = await self._auth.authenticate(context.invocation_metadata())
+        except AuthError as exc:
+            await context.abort(exc.code, exc.message)
+        if request.pod_id == 0:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "pod_id is required")
+        if request.agent_meta.ByteSize() > MAX_AGENT_META_BYTES:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"agent_meta is larger than {MAX_AGENT_META_BYTES} bytes"
+            )
+        connected_at = Timestamp()
+        connected_at.GetCurrentTime()
+        info = ConnectedAgentInfo(
+            agent_meta=request.agent_meta,
+            connected_at=connected_at,
+            connection_id=request.pod_id,
+            agent_id=agent.agent_id,
+            project_id=agent.project_id,
+        )
+        try:
+            await self._tracker.register_pod(info)
+        except Exception:
+            log.exception("registering agentk pod failed", extra={"agent_id": agent.agent_id})
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "Failed to register agent")
+        return rpc_pb2.RegisterResponse()
