@@ -54,7 +54,15 @@ def interop_env(
         hub = launcher.prepare()
         system = System(tmp_path / "system", hub, private_secret_file, k8s_cluster.kubeconfig, redis_server, proxy_tls)  # type: ignore[arg-type]
         env = Interop(
-            tmp_path, upstream_bins, launcher, hub, system, redis_server, proxy_tls, k8s_cluster.kubeconfig, kubectl.binary
+            tmp_path,
+            upstream_bins,
+            launcher,
+            hub,
+            system,
+            redis_server,
+            proxy_tls,
+            k8s_cluster.kubeconfig,
+            kubectl.binary,
         )
         made.append((env, launcher))
         kas: KasProc | UpstreamKas = env.tether_kas() if kind == "tether" else env.upstream_kas()

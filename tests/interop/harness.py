@@ -136,16 +136,24 @@ class Interop:
             },
             "observability": {"listen": {"address": f"127.0.0.1:{ports['observability']}"}},
             "api": {
-                "listen": {"address": f"127.0.0.1:{ports['api']}", "authentication_secret_file": str(self.hub.secret_file)}
+                "listen": {
+                    "address": f"127.0.0.1:{ports['api']}",
+                    "authentication_secret_file": str(self.hub.secret_file),
+                }
             },
             "private_api": {
-                "listen": {"address": f"127.0.0.1:{ports['private_api']}", "authentication_secret_file": str(private_secret)}
+                "listen": {
+                    "address": f"127.0.0.1:{ports['private_api']}",
+                    "authentication_secret_file": str(private_secret),
+                }
             },
             "redis": {"server": {"address": f"127.0.0.1:{self.redis.port}"}, "key_prefix": f"up{ports['agent']}"},
         }
         path = directory / "kas.yaml"
         path.write_text(yaml.safe_dump(config))
-        process = ManagedProcess("upstream-kas", [str(self.bins.kas), "--configuration-file", str(path)], directory / "kas.log")
+        process = ManagedProcess(
+            "upstream-kas", [str(self.bins.kas), "--configuration-file", str(path)], directory / "kas.log"
+        )
         self.processes.append(process)
         process.start()
         kas = UpstreamKas(process, ports, directory, self.tls.ca_cert)
@@ -198,6 +206,11 @@ class Interop:
         """Run upstream glab against the hub with ``token`` (default: the admin's ``api`` token)."""
         config_dir = self.directory / "glab-config"
         config_dir.mkdir(exist_ok=True)
+        host = self.hub.url.removeprefix("http://")
+        # The hub serves plain HTTP: glab needs api_protocol per host (its default is https).
+        config = {"check_update": False, "hosts": {host: {"api_protocol": "http", "api_host": host}}}
+        (config_dir / "config.yml").write_text(yaml.safe_dump(config))
+        (config_dir / "config.yml").chmod(0o600)
         env = dict(
             os.environ,
             GITLAB_HOST=self.hub.url,

@@ -42,7 +42,18 @@ def watch_sees(kc: Kubectl, direct: Kubectl, namespace: str) -> None:
     name = f"watched-{uuid.uuid4().hex[:6]}"
     cache = f"--cache-dir={kc.kubeconfig.parent / 'kube-cache-watch'}"
     watch = subprocess.Popen(
-        [str(kc.binary), f"--kubeconfig={kc.kubeconfig}", cache, "-n", namespace, "get", "configmaps", "--watch", "-o", "name"],
+        [
+            str(kc.binary),
+            f"--kubeconfig={kc.kubeconfig}",
+            cache,
+            "-n",
+            namespace,
+            "get",
+            "configmaps",
+            "--watch",
+            "-o",
+            "name",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -70,7 +81,9 @@ def kubectl_paths(env: Interop, server: str, direct: Kubectl, namespace: str) ->
     kc = env.proxy_kubectl(server, f"kc-{uuid.uuid4().hex[:6]}", namespace)
     cache = f"--cache-dir={kc.kubeconfig.parent / 'kube-cache'}"
     # The proxy answers once the agent's tunnels are up; allow for the first configuration to arrive.
-    poll_sync(lambda: kc.run(cache, "get", "namespace", namespace, check=False).returncode == 0, "kubectl get via kas", 90)
+    poll_sync(
+        lambda: kc.run(cache, "get", "namespace", namespace, check=False).returncode == 0, "kubectl get via kas", 90
+    )
     assert kc.run(cache, "get", "namespace", namespace, "-o", "name").stdout.strip() == f"namespace/{namespace}"
 
     manifest = f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\n  namespace: {namespace}\ndata:\n  a: b\n"
