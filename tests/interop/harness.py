@@ -29,6 +29,14 @@ PROJECT = "platform/clusters"
 AGENT = "interop"
 
 
+def answers_200(url: str) -> bool:
+    """True when ``url`` answers 200; False while nothing listens yet or it answers otherwise."""
+    try:
+        return http_get(url)[0] == 200
+    except OSError:
+        return False
+
+
 def error_lines(log: Path) -> list[str]:
     """Lines of a JSON log (zap or structlog) at level error or worse, plus Go panics."""
     found = []
@@ -63,7 +71,7 @@ class UpstreamKas:
         return f"https://127.0.0.1:{self.ports['k8s_proxy']}{K8S_PROXY_PREFIX}"
 
     def ready(self) -> bool:
-        return http_get(f"http://127.0.0.1:{self.ports['observability']}/readiness")[0] == 200
+        return answers_200(f"http://127.0.0.1:{self.ports['observability']}/readiness")
 
 
 @dataclass
@@ -75,7 +83,7 @@ class UpstreamAgentk:
     observability_port: int
 
     def ready(self) -> bool:
-        return http_get(f"http://127.0.0.1:{self.observability_port}/readiness")[0] == 200
+        return answers_200(f"http://127.0.0.1:{self.observability_port}/readiness")
 
 
 @dataclass

@@ -14,7 +14,7 @@ import pytest
 from tests.fixtures.k8s import Kubectl
 from tests.fixtures.system import KasProc
 from tests.interop.conftest import Factory
-from tests.interop.harness import PROJECT, Interop
+from tests.interop.harness import PROJECT, Interop, answers_200
 from tests.interop.test_upstream_peers import AGENT_ACCESS
 from tests.support.polling import poll_sync
 from tether.devenv.process import free_port
@@ -40,7 +40,7 @@ def test_glab_cluster_commands(interop_env: Factory, kubectl: Kubectl, k8s_names
     assert isinstance(kas, KasProc)
     env.set_configuration(AGENT_ACCESS)
     agentk = env.system.agentk_at(env.agent_token, kas.agent_address, "glab-agentk")
-    poll_sync(lambda: agentk.readiness()[0] == 200, "Tether agentk ready", 90)
+    poll_sync(lambda: answers_200(f"http://127.0.0.1:{agentk.observability_port}/readiness"), "Tether agentk ready", 90)
     agent = str(env.agent_id)
     dev_id = int(env.hub.api(env.user_token).get("/personal_access_tokens/self").json()["user_id"])
     dev = env.hub.token_for(dev_id, ("api",))
