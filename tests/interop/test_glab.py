@@ -43,7 +43,7 @@ def test_glab_cluster_commands(interop_env: Factory, kubectl: Kubectl, k8s_names
     poll_sync(lambda: answers_200(f"http://127.0.0.1:{agentk.observability_port}/readiness"), "Tether agentk ready", 90)
     agent = str(env.agent_id)
     dev_id = int(env.hub.api(env.user_token).get("/personal_access_tokens/self").json()["user_id"])
-    dev = env.hub.token_for(dev_id, ("api",))
+    dev = env.hub.token_for(dev_id, ("api", "k8s_proxy"))  # cluster graph sends it to kas as pat:<agent>:<token>
 
     listed = glab_ok(env, "cluster", "agent", "list", "-R", PROJECT)
     assert "interop" in listed
@@ -175,6 +175,8 @@ def _glab_env(env: Interop, token: str) -> dict[str, str]:
         "GLAB_CONFIG_DIR": str(env.directory / "glab-config"),
         "GLAB_CHECK_UPDATE": "false",
         "GLAB_SEND_TELEMETRY": "false",
+        # kas' proxy listener has a test CA: Go reads extra roots from here.
+        "SSL_CERT_FILE": str(env.tls.ca_cert),
     }
 
 

@@ -138,7 +138,11 @@ def test_tether_agentk_through_upstream_kas(interop_env: Factory, kubectl: Kubec
     agentk = env.system.agentk_at(env.agent_token, kas.agent_address, "tether-agentk")
     # Ready = a configuration came from upstream kas (read from the hub's Gitaly-compatible service) and a
     # tunnel is connected.
-    poll_sync(lambda: answers_200(f"http://127.0.0.1:{agentk.observability_port}/readiness"), "Tether agentk to become ready behind upstream kas", 90)
+    poll_sync(
+        lambda: answers_200(f"http://127.0.0.1:{agentk.observability_port}/readiness"),
+        "Tether agentk to become ready behind upstream kas",
+        90,
+    )
     listed = poll_sync(lambda: connections(env), "upstream kas to list Tether agentk (Register)", 60)
     assert [(c["pod_name"], c["pod_namespace"]) for c in listed] == [("tether-agentk", "tether-system")]
 
