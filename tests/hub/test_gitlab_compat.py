@@ -221,3 +221,21 @@ async def _unsigned(port: int, repo: gitaly_pb2.Repository) -> Any:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         stub = gitaly_pb2_grpc.SmartHTTPServiceStub(channel)
         return [r async for r in stub.InfoRefsUploadPack(gitaly_pb2.InfoRefsRequest(repository=repo))]
+
+
+def test_raw_repository_file_serves_agent_configuration_files_only(hub: RealHub) -> None:
+    setup = project_with_agent(hub)
+    base = f"/projects/{setup.project_id}/repository/files"
+    config = ".gitlab%2Fagents%2Fproduction%2Fconfig.yaml"
+    assert hub.api().get(f"{base}/{config}/raw").status_code == 404  # no configuration stored yet
+    kas_config(hub, setup, "observability:\n  logging:\n    level: debug\n")
+    raw = hub.api().get(f"{base}/{config}/raw", params={"ref": "main"})
+    assert raw.status_code == 200 and raw.text == "observability:\n  logging:\n    level: debug\n"
+    by_path = hub.api().get(f"/projects/platform%2Fclusters/repository/files/{config}/raw")
+    assert by_path.text == raw.text
+    assert hub.api(setup.tokens["developer"]).get(f"{base}/{config}/raw").status_code == 200
+    assert hub.api(setup.tokens["reporter"]).get(f"{base}/{config}/raw").status_code == 403
+    assert hub.api(setup.tokens["outsider"]).get(f"{base}/{config}/raw").status_code == 404
+    for other in ("README.md", ".gitlab%2Fagents%2F..%2F..%2Fetc%2Fpasswd", ".gitlab%2Fagents%2Fnone%2Fconfig.yaml"):
+        missing = hub.api().get(f"{base}/{other}/raw")
+        assert missing.status_code == 404 and missing.json() == {"message": "404 File Not Found"}

@@ -47,6 +47,11 @@ def test_glab_cluster_commands(interop_env: Factory, kubectl: Kubectl, k8s_names
 
     listed = glab_ok(env, "cluster", "agent", "list", "-R", PROJECT)
     assert "interop" in listed
+    # Walks groups, projects and agents and reads each agent's config.yaml (raw repository file).
+    usage = env.glab("cluster", "agent", "check_manifest_usage", "--group", "platform", "--recursive")
+    assert usage.returncode == 0, usage.stderr[-2000:]
+    assert "platform/clusters\tinterop\t0" in usage.stdout + usage.stderr
+    assert "does not have manifest projects configured" in usage.stdout + usage.stderr  # it read the file
 
     tokens = f"/projects/{env.project_id}/cluster_agents/{env.agent_id}/tokens"
     spare = env.hub.api().post(tokens, json={"name": "spare"}).json()

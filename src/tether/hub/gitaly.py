@@ -27,6 +27,7 @@ from typing import Any
 
 import grpc
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from tether.hub.db.agents import AgentConfiguration, ClusterAgent
 from tether.hub.db.engine import Database
@@ -51,6 +52,21 @@ def repository_for(project: Project) -> dict[str, str]:
         "gl_repository": f"project-{project.id}",
         "gl_project_path": project.full_path,
     }
+
+
+async def configuration_file(session: AsyncSession, project: Project, path: str) -> str | None:
+    """The stored YAML at repository ``path`` of ``project``: only ``.gitlab/agents/<agent>/config.yaml`` exists.
+
+    Returns None for any other path and for an agent without a configuration.
+    """
+    match = _CONFIG_PATH.match(path)
+    if match is None:
+        return None
+    return await session.scalar(
+        select(AgentConfiguration.content)
+        .join(ClusterAgent, AgentConfiguration.agent_id == ClusterAgent.id)
+        .where(ClusterAgent.project_id == project.id, ClusterAgent.name == match[1])
+    )
 
 
 def sign_v2(token: str, now_s: float | None = None) -> str:
@@ -119,13 +135,9 @@ class _Store:
         text = f"tether-project-config:{project.id}:{versions}"
         return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
 
-    async def configuration(self, project: Project, agent_name: str) -> str | None:
+    async def configuration(self, project: Project, path: str) -> str | None:
         async with self._db.transaction() as session:
-            return await session.scalar(
-                select(AgentConfiguration.content)
-                .join(ClusterAgent, AgentConfiguration.agent_id == ClusterAgent.id)
-                .where(ClusterAgent.project_id == project.id, ClusterAgent.name == agent_name)
-            )
+            return await configuration_file(session, project, path)
 
 
 class _SmartHttp(gitaly_pb2_grpc.SmartHTTPServiceServicer):
@@ -150,9 +162,7 @@ class _Commits(gitaly_pb2_grpc.CommitServiceServicer):
         self, request: gitaly_pb2.TreeEntryRequest, context: Any
     ) -> AsyncIterator[gitaly_pb2.TreeEntryResponse]:
         project = await _authorized_project(self._store, self._token, request.repository, context)
-        path = request.path.decode("utf-8", "replace")
-        match = _CONFIG_PATH.match(path)
-        content = await self._store.configuration(project, match[1]) if match else None
+        content = await self._store.configuration(project, request.path.decode("utf-8", "replace"))
         if content is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, "tree entry not found")
             return

@@ -5,13 +5,16 @@
   Any valid token may read it, as on GitLab.
 * ``GET /groups/:id/descendant_groups`` (GitLab "Groups API"): every subgroup at any depth, which glab's
   ``cluster agent check_manifest_usage`` walks.
+* ``GET /projects/:id/repository/files/:path/raw`` (GitLab "Repository files API"): the hub has no repositories;
+  the only files are the agents' configuration files, ``.gitlab/agents/<agent>/config.yaml``, which
+  ``check_manifest_usage`` reads.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from sqlalchemy import select
 
 from tether import __version__
@@ -20,10 +23,11 @@ from tether.hub.api.deps import Paging, State, ref
 from tether.hub.api.pagination import fetch_page, set_headers
 from tether.hub.api.schemas_out import GroupOut, group_out
 from tether.hub.db.namespaces import KIND_GROUP, Namespace
-from tether.hub.errors import Unauthorized
+from tether.hub.errors import NotFound, Unauthorized
+from tether.hub.gitaly import configuration_file
 from tether.hub.roles import Role
-from tether.hub.service.access import require_group_level
-from tether.hub.service.paths import find_group
+from tether.hub.service.access import require_group_level, require_project_level
+from tether.hub.service.paths import find_group, find_project
 
 router = APIRouter(tags=["meta"])
 
@@ -71,3 +75,27 @@ async def list_descendant_groups(
 async def allowed_agents() -> None:
     """GitLab answers this for a CI job token (``JOB-TOKEN``); Tether runs no CI jobs, so no token is valid: 401."""
     raise Unauthorized()
+
+
+@router.get(
+    "/projects/{project_id}/repository/files/{file_path}/raw", tags=["projects"], summary="An agent configuration file"
+)
+async def raw_file(
+    state: State,
+    principal: Reader,
+    project_id: str,
+    file_path: str,
+    _ref: Annotated[str | None, Query(alias="ref", max_length=255)] = None,
+) -> Response:
+    """The raw YAML of ``.gitlab/agents/<agent>/config.yaml`` (``file_path`` URL-encoded); Developer or above.
+
+    ``ref`` is accepted and ignored (there is no history). Any other path, or an agent without a configuration,
+    is ``404 File Not Found``.
+    """
+    async with state.db.transaction() as session:
+        project = await find_project(session, ref(project_id))
+        await require_project_level(session, principal, project, Role.DEVELOPER)
+        content = await configuration_file(session, project, ref(file_path))
+    if content is None:
+        raise NotFound("File")
+    return Response(content.encode(), media_type="text/plain; charset=utf-8")
