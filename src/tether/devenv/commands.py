@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from tether.devenv import upstream
 from tether.devenv.assets import cache_problem, cache_root
@@ -24,7 +25,8 @@ def default_cluster_dir() -> Path:
 
 
 def _progress(message: str) -> None:
-    console.print(f"[dim]{message}[/dim]")
+    # Build steps are labelled "[etcd]", "[gitlab-agent]": literal text, not rich markup.
+    console.print(f"[dim]{escape(message)}[/dim]")
 
 
 def ensure_binaries() -> None:
