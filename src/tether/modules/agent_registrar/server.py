@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 
 #: Bounds on what a pod may store about itself (bytes of the serialized ``AgentMeta``).
 MAX_AGENT_META_BYTES = 4096
+#: Pods one agent may have registered at once: a token holder cannot fill the store with invented pod ids.
+MAX_PODS_PER_AGENT = 1000
 
 
 class AgentRegistrarServicer(rpc_pb2_grpc.AgentRegistrarServicer):
@@ -30,18 +32,21 @@ class AgentRegistrarServicer(rpc_pb2_grpc.AgentRegistrarServicer):
     Args:
         auth: resolves the agent token of each call.
         tracker: where the pod's entry is written.
+        max_pods: registered pods per agent beyond which a new pod id is refused.
     """
 
-    def __init__(self, auth: AgentAuthenticator, tracker: AgentTracker) -> None:
+    def __init__(self, auth: AgentAuthenticator, tracker: AgentTracker, max_pods: int = MAX_PODS_PER_AGENT) -> None:
         self._auth = auth
         self._tracker = tracker
+        self._max_pods = max_pods
 
     async def Register(self, request: rpc_pb2.RegisterRequest, context: Any) -> rpc_pb2.RegisterResponse:
         """Create or refresh the pod's entry.
 
         Errors: the token's (``UNAUTHENTICATED``, ``PERMISSION_DENIED``, ``NOT_FOUND``); ``INVALID_ARGUMENT``
-        for a missing ``pod_id`` or an oversized ``agent_meta``; ``UNAVAILABLE`` when the store fails
-        (upstream answers ``Unavailable "Failed to register agent"`` too).
+        for a missing ``pod_id`` or an oversized ``agent_meta``; ``RESOURCE_EXHAUSTED`` for a new pod of an agent
+        that already has ``max_pods``; ``UNAVAILABLE`` when the store fails (upstream answers
+        ``Unavailable "Failed to register agent"`` too).
         """
         try:
             agent = await self._auth.authenticate(context.invocation_metadata())
@@ -63,7 +68,14 @@ class AgentRegistrarServicer(rpc_pb2_grpc.AgentRegistrarServicer):
             project_id=agent.project_id,
         )
         try:
+            known = await self._tracker.connections_by_agent_id(agent.agent_id)
+            if len(known) >= self._max_pods and all(c.connection_id != request.pod_id for c in known):
+                await context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED, f"agent has {len(known)} registered pods, the maximum"
+                )
             await self._tracker.register_pod(info)
+        except grpc.aio.AbortError:
+            raise
         except Exception:
             log.exception("registering agentk pod failed", extra={"agent_id": agent.agent_id})
             await context.abort(grpc.StatusCode.UNAVAILABLE, "Failed to register agent")
