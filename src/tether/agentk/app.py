@@ -157,11 +157,6 @@ class AgentkApp:
             self._pool.start()
             stack.push_async_callback(self._pool.stop, config.shutdown_grace_s)
 
-            agent_meta = build_agent_meta(await _kube_version(kube))
-            self._watcher = ConfigurationWatcher(kas_channel, agent_meta, self._on_configuration, metadata=metadata)
-            watcher_task = asyncio.create_task(self._watcher.run(), name="configuration-watcher")
-            stack.push_async_callback(_cancel_and_wait, watcher_task)
-
             async def current_meta() -> entity_pb2.AgentMeta:
                 # Upstream re-reads the cluster's version before every registration.
                 return build_agent_meta(await _kube_version(kube))
@@ -169,6 +164,13 @@ class AgentkApp:
             registrar = Registrar(kas_channel, current_meta, metadata=metadata)
             registrar_task = asyncio.create_task(registrar.run(), name="agent-registrar")
             stack.push_async_callback(_cancel_and_wait, registrar_task)
+
+            agent_meta = build_agent_meta(await _kube_version(kube))
+            self._watcher = ConfigurationWatcher(
+                kas_channel, agent_meta, self._on_configuration, metadata=metadata, on_stream_end=registrar.poke
+            )
+            watcher_task = asyncio.create_task(self._watcher.run(), name="configuration-watcher")
+            stack.push_async_callback(_cancel_and_wait, watcher_task)
             _log.info("agentk_started", version=__version__, kas=config.kas.target, pod=agent_meta.pod_name)
 
             await stop.wait()

@@ -257,7 +257,7 @@ class KasApp:
             server,
         )
         registrar_grpc.add_AgentRegistrarServicer_to_server(
-            AgentRegistrarServicer(self.auth, self.agent_tracker), server
+            AgentRegistrarServicer(self.auth, self.agent_tracker, stopping=self.stopping), server
         )
         return server
 
@@ -332,7 +332,7 @@ class KasApp:
             seen = self.events.subscriptions
             results = await asyncio.gather(
                 self.tunnel_tracker.refresh(),
-                self.agent_tracker.refresh(),
+                self.agent_tracker.rebuild(),
                 self.instances.refresh(),
                 return_exceptions=True,
             )

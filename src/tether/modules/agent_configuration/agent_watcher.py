@@ -87,6 +87,8 @@ class ConfigurationWatcher:
         metadata: per-RPC metadata, ``authorization: Bearer <token>`` plus ``--kas-header`` pairs.
         backoff: delays after failures; defaults to :func:`watch_backoff`.
         skip_register: sent as ``skip_register``; True when the pod registers through ``AgentRegistrar``.
+        on_stream_end: called after each stream ended, before the next one is opened (the registrar re-registers
+            through the kas the next stream reaches).
     """
 
     def __init__(
@@ -98,9 +100,11 @@ class ConfigurationWatcher:
         metadata: Metadata = (),
         backoff: Backoff | None = None,
         skip_register: bool = True,
+        on_stream_end: Callable[[], None] | None = None,
     ) -> None:
         self._stub = rpc_pb2_grpc.AgentConfigurationStub(channel)
         self._skip_register = skip_register
+        self._on_stream_end = on_stream_end
         self._agent_meta = agent_meta
         self._on_configuration = on_configuration
         self._metadata = metadata
@@ -129,7 +133,10 @@ class ConfigurationWatcher:
         loop = asyncio.get_running_loop()
         while True:
             started = loop.time()
-            if await self._watch_once():
+            ended_cleanly = await self._watch_once()
+            if self._on_stream_end is not None:
+                self._on_stream_end()
+            if ended_cleanly:
                 continue
             # A stream that was up for a while and then broke (e.g. its kas died) retries at once, to
             # another kas; only quick repeated failures back off.

@@ -7,6 +7,7 @@ Like upstream agentk, the pod id is random per process and the configuration str
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections.abc import Awaitable, Callable
 
@@ -64,12 +65,23 @@ class Registrar:
         self._backoff = backoff or register_backoff()
         self.pod_id = random.getrandbits(63) or 1
         self.registered = False
+        self._wake = asyncio.Event()
+
+    def poke(self) -> None:
+        """Register again now, e.g. because the configuration stream moved to another kas.
+
+        A kas that shuts down deletes the entries it wrote (Tether kas does), so the pod re-registers through
+        the kas it reconnects to instead of waiting for the next period.
+        """
+        self._wake.set()
 
     async def run(self) -> None:
-        """Register now, then every ``period_s`` (after failures: with backoff); never returns on its own."""
+        """Register now, then every ``period_s`` (after failures: with backoff) or when poked; never returns."""
         while True:
+            self._wake.clear()
             ok = await self.register_once()
-            await asyncio.sleep(self._period_s if ok else self._backoff.next_delay())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._period_s if ok else self._backoff.next_delay())
 
     async def register_once(self) -> bool:
         """One ``Register`` call; True when kas accepted it. Failures are logged with their reason."""

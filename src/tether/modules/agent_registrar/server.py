@@ -7,6 +7,7 @@ stream) and Tether agentk alike. kas does not refresh it: the pod's next call do
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -33,12 +34,21 @@ class AgentRegistrarServicer(rpc_pb2_grpc.AgentRegistrarServicer):
         auth: resolves the agent token of each call.
         tracker: where the pod's entry is written.
         max_pods: registered pods per agent beyond which a new pod id is refused.
+        stopping: set when kas shuts down: registrations are then refused (``UNAVAILABLE``) so none is written
+            after kas deleted its entries; the pod registers through another kas.
     """
 
-    def __init__(self, auth: AgentAuthenticator, tracker: AgentTracker, max_pods: int = MAX_PODS_PER_AGENT) -> None:
+    def __init__(
+        self,
+        auth: AgentAuthenticator,
+        tracker: AgentTracker,
+        max_pods: int = MAX_PODS_PER_AGENT,
+        stopping: asyncio.Event | None = None,
+    ) -> None:
         self._auth = auth
         self._tracker = tracker
         self._max_pods = max_pods
+        self._stopping = stopping or asyncio.Event()
 
     async def Register(self, request: rpc_pb2.RegisterRequest, context: Any) -> rpc_pb2.RegisterResponse:
         """Create or refresh the pod's entry.
@@ -48,6 +58,8 @@ class AgentRegistrarServicer(rpc_pb2_grpc.AgentRegistrarServicer):
         that already has ``max_pods``; ``UNAVAILABLE`` when the store fails (upstream answers
         ``Unavailable "Failed to register agent"`` too).
         """
+        if self._stopping.is_set():
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "kas is shutting down")
         try:
             agent = await self._auth.authenticate(context.invocation_metadata())
         except AuthError as exc:

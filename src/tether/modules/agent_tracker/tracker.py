@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from google.protobuf.message import DecodeError
 
@@ -66,8 +67,11 @@ class AgentTracker:
         self._gc_s = gc_s
         # One hash family over all three keys, so a registration is one transaction (seed 000 "transactions").
         self._hash: ExpiringHash[bytes] = ExpiringHash(backend, ttl_s, _identity)
-        # Pods registered through AgentRegistrar.Register live only as long as the pod keeps calling.
+        # Pods registered through AgentRegistrar.Register live only as long as the pod keeps calling: kas remembers
+        # them (to delete them on shutdown) but never refreshes them, and forgets them once expired.
         self._pods: ExpiringHash[bytes] = ExpiringHash(backend, pod_ttl_s, _identity)
+        self._pod_ttl_s = pod_ttl_s
+        self._pod_written: dict[tuple[bytes, str], float] = {}
         self._backend = backend
 
     def agent_key(self, agent_id: int) -> bytes:
@@ -110,8 +114,12 @@ class AgentTracker:
         """
         connection = str(info.connection_id)
         agent_key = self.agent_key(info.agent_id)
+        project_key = self.project_key(info.project_id)
+        for key in (agent_key, project_key):
+            self._pods.forget(key, connection)
+            self._pod_written.pop((key, connection), None)
         await self._hash.unset(agent_key, connection)
-        await self._hash.unset(self.project_key(info.project_id), connection)
+        await self._hash.unset(project_key, connection)
         if not self._hash.owned_fields(agent_key):
             self._hash.forget(self._connected_agents_key, str(info.agent_id))
         await self._publish(AgentDisconnected(info=info))
@@ -120,9 +128,10 @@ class AgentTracker:
         """Write the entry of a pod that registered itself (``AgentRegistrar.Register``), under the same three keys.
 
         The connection id is the pod's ``pod_id``, so a repeated call overwrites the same entry with a fresh
-        expiry (``pod_ttl_s``). Unlike :meth:`register_connection` the entry is not kept in memory or refreshed
-        by kas: it expires unless the pod registers again (upstream fixed its leak of such entries this way,
-        kas.md §3.3 "Known issue"). Publishes ``AgentConnected{info}``.
+        expiry (``pod_ttl_s``). Unlike :meth:`register_connection` kas never refreshes the entry: it expires
+        unless the pod registers again (upstream fixed its leak of such entries this way, kas.md §3.3 "Known
+        issue"). kas remembers it until then only so that :meth:`clear` removes it on shutdown (seed 000).
+        Publishes ``AgentConnected{info}``.
 
         Raises:
             the backend's error.
@@ -133,10 +142,18 @@ class AgentTracker:
             (self.project_key(info.project_id), str(info.connection_id), payload),
             (self._connected_agents_key, str(info.agent_id), b""),
         ]
+        now = time.monotonic()
+        self._forget_expired_pods(now)
         await self._pods.set_many(items)
         for key, field, _ in items:
-            self._pods.forget(key, field)
+            self._pod_written[(key, field)] = now
         await self._publish(AgentConnected(info=info))
+
+    def _forget_expired_pods(self, now: float) -> None:
+        expired = [item for item, written in self._pod_written.items() if now - written > self._pod_ttl_s]
+        for key, field in expired:
+            del self._pod_written[(key, field)]
+            self._pods.forget(key, field)
 
     async def unregister_agent(self, agent_id: int) -> int:
         """Delete every connection of ``agent_id`` (of any kas): kas learnt its token is no longer valid.
@@ -168,13 +185,32 @@ class AgentTracker:
         """Rewrite every registration of this kas with a fresh expiry; returns the number of fields written."""
         return await self._hash.refresh()
 
+    async def rebuild(self) -> int:
+        """Re-write everything this kas registered, after the store lost it (e.g. Redis restarted empty).
+
+        Unlike the periodic :meth:`refresh` this includes pods' ``Register`` entries that have not expired yet,
+        with a fresh expiry. Returns the number of fields written.
+        """
+        self._forget_expired_pods(time.monotonic())
+        return await self._hash.refresh() + await self._pods.refresh()
+
     async def gc(self) -> int:
         """Delete expired fields (of any kas) from the hashes this kas writes to; returns how many."""
-        return await self._hash.gc()
+        self._forget_expired_pods(time.monotonic())
+        return await self._hash.gc() + await self._pods.gc()
 
     async def clear(self) -> int:
-        """Delete every registration of this kas (clean shutdown, seed 000); returns how many fields it owned."""
-        return await self._hash.clear()
+        """Delete every registration of this kas (clean shutdown, seed 000); returns how many fields it owned.
+
+        That includes the entries of pods registered through this kas that have not expired yet: they come back
+        with the pod's next ``Register``, through another kas.
+        """
+        self._pod_written.clear()
+        results = await asyncio.gather(self._hash.clear(), self._pods.clear(), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return sum(r for r in results if isinstance(r, int))
 
     async def run(self) -> None:
         """Refresh every ``refresh_s`` and GC every ``gc_s`` seconds until cancelled; errors are logged."""
