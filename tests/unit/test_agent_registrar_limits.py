@@ -7,9 +7,9 @@ from typing import Any
 import grpc
 import pytest
 
-from tether.kas.gitlab_client import AgentInfo
+from tether.modserver.agent_tracker import AgentTracker
+from tether.modserver.gitlab_client import AgentInfo
 from tether.modules.agent_registrar.server import AgentRegistrarServicer
-from tether.modules.agent_tracker.tracker import AgentTracker
 from tether.pb.gitlab.agent.agent_registrar.rpc import rpc_pb2
 from tether.pb.gitlab.agent.entity.entity_pb2 import AgentMeta
 from tether.tool.events import EventBus

@@ -15,11 +15,11 @@ import grpc
 import pytest
 from structlog.testing import capture_logs
 
-from tether.agentk.internal_server import InternalServer
-from tether.modules.reverse_tunnel.agent_connection import TunnelConnection
+from tether.modagent.internal_server import InternalServer
 from tether.pb.gitlab.agent.prototool import prototool_pb2
 from tether.pb.gitlab.agent.reverse_tunnel.rpc import rpc_pb2, rpc_pb2_grpc
 from tether.tool.grpc_meta import values_to_meta
+from tether.tunnel.agent.connection import TunnelConnection
 
 ECHO = "/test.Echo/Call"
 

@@ -15,12 +15,16 @@ import grpc
 import structlog
 from grpc import aio
 
+from tether.kube.client import KubeError
+from tether.modagent.api import AgentApi
+from tether.modshared.module import Module
+from tether.modules.agent_configuration.agent import build_agent_meta
 from tether.pb.gitlab.agent.agent_registrar.rpc import rpc_pb2, rpc_pb2_grpc
 from tether.pb.gitlab.agent.entity import entity_pb2
 from tether.tool.backoff import Backoff
 from tether.tool.grpc_meta import Metadata
 
-__all__ = ["REGISTER_PERIOD_S", "Registrar", "register_backoff"]
+__all__ = ["REGISTER_PERIOD_S", "AgentRegistrarAgentFactory", "Registrar", "register_backoff"]
 
 _log = structlog.get_logger(__name__)
 
@@ -101,3 +105,49 @@ class Registrar:
         self.registered = True
         self._backoff.reset()
         return True
+
+
+#: Seconds to wait for the cluster's /version before a registration (the version is optional).
+KUBE_VERSION_TIMEOUT_S = 10.0
+
+
+class _RegistrarModule:
+    """Runs the registration loop as a supervised background loop."""
+
+    name = "agent_registrar"
+
+    def __init__(self, registrar: Registrar, api: AgentApi) -> None:
+        self._registrar = registrar
+        self._api = api
+
+    async def start(self) -> None:
+        """Spawn the loop (the supervisor cancels it at shutdown)."""
+        self._api.spawn(self.name, self._registrar.run())
+
+    async def stop(self) -> None:
+        """Nothing to undo: the loop is cancelled with the other supervised loops."""
+
+
+class AgentRegistrarAgentFactory:
+    """agentk half of ``agent_registrar``: registers the pod with kas, like upstream agentk."""
+
+    name = "agent_registrar"
+    leader_only = False
+
+    def new(self, api: AgentApi) -> Module | None:
+        """Build the loop; None without a kas connection."""
+        if api.kas is None:
+            return None
+
+        async def current_meta() -> entity_pb2.AgentMeta:
+            # Upstream re-reads the cluster's version before every registration.
+            try:
+                version = await asyncio.wait_for(api.kube.server_version(), KUBE_VERSION_TIMEOUT_S)
+            except (KubeError, TimeoutError) as exc:
+                _log.warning("kubernetes_version_unavailable", error=str(exc))
+                version = None
+            return build_agent_meta(version)
+
+        registrar = Registrar(api.kas, current_meta, metadata=api.kas_metadata)
+        api.on_configuration_stream_end(registrar.poke)
+        return _RegistrarModule(registrar, api)

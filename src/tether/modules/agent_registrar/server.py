@@ -14,8 +14,10 @@ from typing import Any
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from tether.kas.agent_auth import AgentAuthenticator, AuthError
-from tether.modules.agent_tracker.tracker import AgentTracker
+from tether.modserver.agent_auth import AgentAuthenticator, AuthError
+from tether.modserver.agent_tracker import AgentTracker
+from tether.modserver.api import ServerApi
+from tether.modshared.module import IdleModule, Module
 from tether.pb.gitlab.agent.agent_registrar.rpc import rpc_pb2, rpc_pb2_grpc
 from tether.pb.gitlab.agent.agent_tracker.agent_tracker_pb2 import ConnectedAgentInfo
 
@@ -92,3 +94,15 @@ class AgentRegistrarServicer(rpc_pb2_grpc.AgentRegistrarServicer):
             log.exception("registering agentk pod failed", extra={"agent_id": agent.agent_id})
             await context.abort(grpc.StatusCode.UNAVAILABLE, "Failed to register agent")
         return rpc_pb2.RegisterResponse()
+
+
+class AgentRegistrarServerFactory:
+    """kas half of ``agent_registrar``: ``Register`` on the agent listener."""
+
+    name = "agent_registrar"
+
+    def new(self, api: ServerApi) -> Module:
+        """Register ``AgentRegistrar`` on the agent listener."""
+        servicer = AgentRegistrarServicer(api.auth, api.agent_tracker, stopping=api.stopping)
+        rpc_pb2_grpc.add_AgentRegistrarServicer_to_server(servicer, api.agent_server)
+        return IdleModule(self.name)
