@@ -15,7 +15,7 @@ import pytest
 from tests.fixtures.system import TETHER
 from tether.devenv.assets import AssetsMissing, locate
 from tether.devenv.process import pid_alive
-from tether.up import HUB_PORT
+from tether.devenv.up import HUB_PORT
 
 pytestmark = pytest.mark.k8s
 
