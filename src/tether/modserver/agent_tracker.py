@@ -106,7 +106,7 @@ class AgentTracker:
         await self._publish(AgentConnected(info=info))
 
     async def unregister_connection(self, info: ConnectedAgentInfo) -> None:
-        """HDEL the connection from both ``conn_by_*`` hashes and publish ``AgentDisconnected{info}``.
+        """HDEL the connection from both ``conn_by_*`` hashes in one transaction; publish ``AgentDisconnected{info}``.
 
         The ``connected_agents`` field is not deleted (another kas may hold a connection of that agent): it is
         only forgotten, and only when this kas has no other connection of the agent, so it expires by itself
@@ -118,8 +118,8 @@ class AgentTracker:
         for key in (agent_key, project_key):
             self._pods.forget(key, connection)
             self._pod_written.pop((key, connection), None)
-        await self._hash.unset(agent_key, connection)
-        await self._hash.unset(project_key, connection)
+        # One transaction: a failure must not leave the connection listed under one of the two keys.
+        await self._hash.unset_many([(agent_key, connection), (project_key, connection)])
         if not self._hash.owned_fields(agent_key):
             self._hash.forget(self._connected_agents_key, str(info.agent_id))
         await self._publish(AgentDisconnected(info=info))
