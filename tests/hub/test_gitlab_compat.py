@@ -37,7 +37,7 @@ def agent_token(hub: RealHub, setup: Setup) -> str:
 
 
 def test_metadata_publishes_the_configured_kas_addresses_to_any_token(hub_launcher: HubLauncher) -> None:
-    hub = hub_launcher.launch({"kas.external_url": KAS_URL, "kas.external_k8s_proxy_url": PROXY_URL})
+    hub = hub_launcher.launch({"kas.external_url": KAS_URL, "kas.k8s_proxy_url": PROXY_URL})
     user_id, _ = hub.user("dev")
     proxy_only = hub.token_for(user_id, ("k8s_proxy",))
     body = hub.api(proxy_only).get("/metadata").json()

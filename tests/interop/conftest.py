@@ -72,7 +72,7 @@ def interop_env(
             {
                 "kas.api_address": api,
                 "kas.external_url": kas.agent_address,
-                "kas.external_k8s_proxy_url": kas.k8s_proxy_url,
+                "kas.k8s_proxy_url": kas.k8s_proxy_url,
                 "gitaly.listen": f"127.0.0.1:{free_port()}",
             },
         )

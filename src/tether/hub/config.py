@@ -34,11 +34,12 @@ ENV_OVERRIDES = {
     "TETHER_HUB_KAS_API_ADDRESS": "kas.api_address",
     "TETHER_HUB_KAS_API_SECRET_FILE": "kas.authentication_secret_file",
     "TETHER_HUB_KAS_EXTERNAL_URL": "kas.external_url",
-    "TETHER_HUB_KAS_EXTERNAL_K8S_PROXY_URL": "kas.external_k8s_proxy_url",
     "TETHER_HUB_GITALY_LISTEN": "gitaly.listen",
     "TETHER_HUB_LOG_LEVEL": "logging.level",
     "TETHER_HUB_SESSION_LIFETIME": "sessions.lifetime",
     "TETHER_HUB_KAS_COOKIE_DOMAIN": "sessions.kas_cookie_domain",
+    "TETHER_HUB_KAS_K8S_PROXY_URL": "kas.k8s_proxy_url",
+    "TETHER_HUB_KAS_K8S_PROXY_CA_FILE": "kas.k8s_proxy_ca_certificate_file",
 }
 
 
@@ -84,20 +85,31 @@ class KasCF(_Section):
         timeout: seconds to wait for kas per call.
         external_url: the address agents dial (``grpc://``, ``grpcs://``, ``ws://`` or ``wss://``), published
             in ``GET /api/v4/metadata`` as ``kas.externalUrl``; None reports kas as not enabled.
-        external_k8s_proxy_url: the URL of kas' Kubernetes API proxy for users (``kas.externalK8sProxyUrl``,
-            which glab reads); None derives nothing and publishes null.
         version: the kas version published as ``kas.version``; None means the hub's own version.
+        k8s_proxy_url: kas' Kubernetes API proxy as users reach it, ending with its ``url_path_prefix``
+            (``https://kas.example.com/k8s-proxy/``): the web console's kubectl snippet and graph relay use it,
+            and ``GET /api/v4/metadata`` publishes it as ``kas.externalK8sProxyUrl`` (glab); None hides them.
+        k8s_proxy_ca_certificate_file: PEM CA of that proxy's certificate, for the console's graph relay and
+            the kubectl snippet; None means the system's trusted CAs.
     """
 
     api_address: str | None = None
     authentication_secret_file: Path | None = None
     ca_certificate_file: Path | None = None
     timeout: Duration = 3.0
+    k8s_proxy_url: str | None = None
+    k8s_proxy_ca_certificate_file: Path | None = None
     external_url: str | None = None
-    external_k8s_proxy_url: str | None = None
     version: str | None = None
 
-    @field_validator("external_url", "external_k8s_proxy_url")
+    @field_validator("k8s_proxy_url")
+    @classmethod
+    def _proxy_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"https?://[^/\s?#]+(/[^\s?#]*)?", value):
+            raise ValueError(f"{value!r} is not an http:// or https:// URL")
+        return value if value is None or value.endswith("/") else value + "/"
+
+    @field_validator("external_url")
     @classmethod
     def _url(cls, value: str | None) -> str | None:
         if value is None:

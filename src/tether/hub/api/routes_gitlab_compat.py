@@ -36,7 +36,7 @@ router = APIRouter(tags=["meta"])
 async def metadata(state: State, _principal: Authenticated) -> dict[str, Any]:
     """``version``, ``revision``, ``kas{enabled, externalUrl, externalK8sProxyUrl, version}``, ``enterprise``.
 
-    The kas addresses come from the hub configuration (``kas.external_url``, ``kas.external_k8s_proxy_url``,
+    The kas addresses come from the hub configuration (``kas.external_url``, ``kas.k8s_proxy_url``,
     filled in by ``tether up``); ``kas.enabled`` is true when ``kas.external_url`` is set.
     """
     kas = state.config.kas
@@ -46,7 +46,7 @@ async def metadata(state: State, _principal: Authenticated) -> dict[str, Any]:
         "kas": {
             "enabled": kas.external_url is not None,
             "externalUrl": kas.external_url,
-            "externalK8sProxyUrl": kas.external_k8s_proxy_url,
+            "externalK8sProxyUrl": kas.k8s_proxy_url,
             "version": (kas.version or __version__) if kas.external_url is not None else None,
         },
         "enterprise": False,
