@@ -40,3 +40,7 @@ python3 -m uv sync --frozen --quiet --python python3.11
 # Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kwok once per
 # machine (cached under ~/.cache/tether); prints progress, returns at once when cached.
 .venv/bin/tether dev cluster build
+
+# Builds upstream GitLab kas, agentk and glab from ../shared/upstream once per machine (cached under
+# ~/.cache/tether/upstream), the peers of the interop tests; prints progress, returns at once when cached.
+.venv/bin/tether dev upstream build

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tether.modagent.api import AgentModuleFactory
+from tether.modules.agent_registrar.agent import AgentRegistrarAgentFactory
 from tether.modules.graph.agent import GraphAgentFactory
 from tether.modules.kubernetes_api.agent import KubernetesApiAgentFactory
 from tether.modules.pods.agent import PodsAgentFactory
@@ -13,4 +14,5 @@ AGENT_MODULES: list[AgentModuleFactory] = [
     KubernetesApiAgentFactory(),
     GraphAgentFactory(),
     RemoteDevelopmentAgentFactory(),
+    AgentRegistrarAgentFactory(),
 ]

@@ -219,6 +219,8 @@ async def bring_up(options: UpOptions, progress: Progress, running: Running) -> 
         TETHER_HUB_GITLAB_SECRET_FILE=str(secrets_dir / "gitlab_secret"),
         TETHER_HUB_KAS_API_SECRET_FILE=str(secrets_dir / "gitlab_secret"),
         TETHER_HUB_KAS_API_ADDRESS=f"127.0.0.1:{KAS_PORTS['api']}",
+        # Published in GET /api/v4/metadata, where glab finds kas (cluster graph, update-kubeconfig).
+        TETHER_HUB_KAS_EXTERNAL_URL=f"grpc://127.0.0.1:{KAS_PORTS['agent']}",
         # The web console's kubectl snippet and graph relay reach kas' Kubernetes API proxy here.
         TETHER_HUB_KAS_K8S_PROXY_URL=f"https://127.0.0.1:{KAS_PORTS['k8s_proxy']}/k8s-proxy/",
         TETHER_HUB_KAS_K8S_PROXY_CA_FILE=str(proxy_tls.ca_cert),

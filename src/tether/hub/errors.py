@@ -47,6 +47,21 @@ class Unauthorized(HubError):
         super().__init__(message)
 
 
+class InvalidToken(Unauthorized):
+    """401 for a revoked or expired token, with GitLab's OAuth-style body (glab's ``--check-revoked`` reads it)."""
+
+    REVOKED = "Token was revoked. You have to re-authorize from the user."
+    EXPIRED = "Token has expired."
+
+    def __init__(self, description: str) -> None:
+        super().__init__("invalid_token")
+        self.description = description
+
+    def body(self) -> dict[str, Any]:
+        """``{"error": "invalid_token", "error_description": ...}`` as GitLab answers."""
+        return {"error": "invalid_token", "error_description": self.description}
+
+
 class Forbidden(HubError):
     """403: authenticated, but not allowed."""
 

@@ -338,7 +338,7 @@ class KasApp:
             seen = self.events.subscriptions
             results = await asyncio.gather(
                 self.tunnel_tracker.refresh(),
-                self.agent_tracker.refresh(),
+                self.agent_tracker.rebuild(),
                 self.instances.refresh(),
                 return_exceptions=True,
             )

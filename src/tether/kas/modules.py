@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tether.modserver.api import ServerModuleFactory
 from tether.modules.agent_configuration.server import AgentConfigurationServerFactory
+from tether.modules.agent_registrar.server import AgentRegistrarServerFactory
 from tether.modules.agent_tracker.server import AgentTrackerServerFactory
 from tether.modules.gitlab_access.server import GitlabAccessServerFactory
 from tether.modules.kubernetes_api.server import KubernetesApiServerFactory
@@ -15,6 +16,7 @@ SERVER_MODULES: list[ServerModuleFactory] = [
     AgentConfigurationServerFactory(),
     GitlabAccessServerFactory(),
     AgentTrackerServerFactory(),
+    AgentRegistrarServerFactory(),
     ReverseTunnelServerFactory(),
     PodsServerFactory(),
     KubernetesApiServerFactory(),

@@ -19,6 +19,7 @@ from tether.modagent.gitlab_request import GitlabRequestError, GitlabResponse, m
 from tether.modagent.internal_server import InternalServer
 from tether.modshared.module import Module, Spawner
 from tether.pb.gitlab.agent.agentcfg import agentcfg_pb2
+from tether.tool.grpc_meta import Metadata
 
 ConfigurationCallback = Callable[[agentcfg_pb2.AgentConfiguration], None]
 
@@ -33,20 +34,25 @@ class AgentApi:
         internal_server: the internal gRPC server; register services before it starts (kas calls them
             through the reverse tunnels).
         spawn: starts a supervised background loop.
+        kas: channel to kas' agent listener, for modules that call kas themselves (upstream ``KasConn``);
+            None in processes without kas (tests of single modules).
+        kas_metadata: per-RPC metadata of every call to kas (``authorization: Bearer <token>`` and the
+            ``--kas-header`` pairs).
         configuration_callbacks: filled by :meth:`on_configuration`.
+        stream_end_callbacks: filled by :meth:`on_configuration_stream_end`.
     """
 
     kube: KubeClient
     kube_credentials: KubeCredentials
     internal_server: InternalServer
     spawn: Spawner
+    kas: aio.Channel | None = None
+    kas_metadata: Metadata = ()
     configuration_callbacks: list[ConfigurationCallback] = field(default_factory=list)
+    stream_end_callbacks: list[Callable[[], None]] = field(default_factory=list)
     #: Where agentk runs (``POD_NAMESPACE``/``POD_NAME``); set by the process before any configuration arrives.
     pod_namespace: str = "default"
     pod_name: str = ""
-    #: The connection to kas and the call metadata (agent token); set once the process has dialled kas.
-    kas_channel: aio.Channel | None = None
-    kas_metadata: tuple[tuple[str, str], ...] = ()
 
     async def make_gitlab_request(
         self, module_name: str, path: str, *, method: str = "GET", body: bytes = b"", timeout_s: float = 60.0
@@ -59,11 +65,15 @@ class AgentApi:
             GitlabRequestError: not connected to kas yet, kas refused, or the hub is unreachable
                 (``retryable`` says whether trying again later may work).
         """
-        if self.kas_channel is None:
+        if self.kas is None:
             raise GitlabRequestError("not connected to kas yet", retryable=True)
         return await make_gitlab_request(
-            self.kas_channel, self.kas_metadata, module_name, path, method=method, body=body, timeout_s=timeout_s
+            self.kas, self.kas_metadata, module_name, path, method=method, body=body, timeout_s=timeout_s
         )
+
+    def on_configuration_stream_end(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` whenever agentk's configuration stream ended (it reconnects, maybe to another kas)."""
+        self.stream_end_callbacks.append(callback)
 
     def on_configuration(self, callback: ConfigurationCallback) -> None:
         """Call ``callback`` with each new agent configuration kas sends (kas.md §6.3 "Apply").

@@ -7,7 +7,7 @@ headers and body unchanged.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import grpc
@@ -17,6 +17,7 @@ from grpc import aio
 from tether.pb.gitlab.agent.gitlab_access.rpc import rpc_pb2, rpc_pb2_grpc
 from tether.pb.gitlab.agent.grpctool import grpctool_pb2
 from tether.pb.gitlab.agent.prototool import prototool_pb2
+from tether.tool.grpc_meta import Metadata
 
 _CHUNK_BYTES = 64 * 1024
 #: Codes after which the same request may simply be sent again later.
@@ -44,7 +45,7 @@ class GitlabResponse:
 
 async def make_gitlab_request(
     channel: aio.Channel,
-    metadata: Sequence[tuple[str, str]],
+    metadata: Metadata,
     module_name: str,
     path: str,
     *,

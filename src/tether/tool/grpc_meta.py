@@ -40,10 +40,14 @@ def meta_to_values(metadata: Iterable[tuple[str, str | bytes]] | None) -> dict[s
 
 
 def values_to_meta(values: Mapping[str, prototool_pb2.Values]) -> Metadata:
-    """Flatten a ``{key: Values}`` map back into metadata pairs (``-bin`` values become bytes again)."""
+    """Flatten a ``{key: Values}`` map back into metadata pairs (``-bin`` values become bytes again).
+
+    Transport-reserved keys and HTTP/2 pseudo-headers (``:authority``, ``:path``..., which Go peers such as
+    upstream kas include in the metadata they forward) are dropped: grpcio refuses them as header keys.
+    """
     pairs: list[tuple[str, str | bytes]] = []
     for key, entry in values.items():
-        if key in _RESERVED:
+        if key in _RESERVED or key.startswith(":"):
             continue
         for value in entry.value:
             pairs.append((key, value.encode("latin-1") if key.endswith("-bin") else value))

@@ -1,8 +1,9 @@
 """REST authentication: a personal access token in ``PRIVATE-TOKEN`` or ``Authorization: Bearer`` (GitLab).
 
 Reads need scope ``api`` or ``read_api``; writes need ``api``; a ``k8s_proxy``-only token has no REST access
-(GitLab "Personal access token scopes"). The ``private_token`` query parameter GitLab also accepts is not
-supported: tokens in URLs end up in logs.
+(GitLab "Personal access token scopes") except what GitLab allows any valid token: reading its own metadata
+(``/personal_access_tokens/self``) and the instance metadata (``/metadata``). The ``private_token`` query
+parameter GitLab also accepts is not supported: tokens in URLs end up in logs.
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ def _admin_writer(principal: Annotated[Principal, Depends(_writer)]) -> Principa
     return principal
 
 
+#: A principal with a valid token of any scope (``GET /personal_access_tokens/self``, ``GET /metadata``).
+Authenticated = Annotated[Principal, Depends(authenticated)]
 #: A principal whose token may read (``api`` or ``read_api``).
 Reader = Annotated[Principal, Depends(_reader)]
 #: A principal whose token may write (``api``).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
-from tether.hub.api.auth import AdminWriter, Reader, Writer
+from tether.hub.api.auth import AdminWriter, Authenticated, Reader, Writer
 from tether.hub.api.deps import Paging, State, ref
 from tether.hub.api.pagination import fetch_page, set_headers
 from tether.hub.api.schemas_in import PersonalAccessTokenCreate, UserCreate
@@ -106,8 +106,8 @@ async def list_tokens(
 
 
 @router.get("/personal_access_tokens/self", summary="The token used for this request")
-async def get_self_token(state: State, principal: Reader) -> PersonalAccessTokenOut:
-    """Metadata of the calling token."""
+async def get_self_token(state: State, principal: Authenticated) -> PersonalAccessTokenOut:
+    """Metadata of the calling token; any scope may read it (glab's ``get-token --check-revoked`` uses it)."""
     if principal.token_id is None:
         raise NotFound("Personal Access Token")
     async with state.db.transaction() as session:

@@ -20,12 +20,14 @@ class HubState:
         db: the database.
         gitlab_secret: the internal API JWT secret (32 bytes).
         kas: the client of kas' api listener, or None when ``kas.api_address`` is not configured.
+        gitaly_token: the token of the Gitaly-compatible service, sent to kas in ``agent_info``.
     """
 
     config: HubConfig
     db: Database
     gitlab_secret: bytes
     kas: KasApiClient | None
+    gitaly_token: str = ""
 
 
 def hub_state(request: Request) -> HubState:

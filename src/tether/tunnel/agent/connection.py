@@ -261,7 +261,9 @@ class _ForwardedCall:
         call = self._call
         try:
             if call is None:
-                status = status_to_proto(grpc.StatusCode.UNIMPLEMENTED, f"malformed method name {self._method!r}")
+                reason = f"malformed method name {self._method!r}"
+                _log_failed_call(self._method, grpc.StatusCode.UNIMPLEMENTED, reason)
+                status = status_to_proto(grpc.StatusCode.UNIMPLEMENTED, reason)
                 await self._send(rpc_pb2.ConnectRequest(error=rpc_pb2.Error(status=status)))
                 await self._tunnel.done_writing()
                 return
@@ -271,14 +273,30 @@ class _ForwardedCall:
             code, details, trailers = await call.code(), await call.details(), await call.trailing_metadata()
             await self._send(rpc_pb2.ConnectRequest(trailer=rpc_pb2.Trailer(meta=meta_to_values(trailers))))
             if code is not grpc.StatusCode.OK:
+                _log_failed_call(self._method, code, details or "")
                 status = status_to_proto(code, details or "", trailers)
                 await self._send(rpc_pb2.ConnectRequest(error=rpc_pb2.Error(status=status)))
             await self._tunnel.done_writing()
         except _TunnelEnded:
             # The tunnel broke (kas or its client went away); the reader sees it too and ends the attempt.
-            _log.debug("tunnel_response_aborted", method=self._method)
+            _log.info("tunnel_call_aborted", method=self._method)
             if call is not None:
                 call.cancel()
+        except Exception as exc:  # e.g. grpcio refusing the request metadata: kas must still get a status
+            reason = f"agentk could not make the call: {exc!r}"
+            _log_failed_call(self._method, grpc.StatusCode.INTERNAL, reason)
+            if call is not None:
+                call.cancel()
+            status = status_to_proto(grpc.StatusCode.INTERNAL, reason)
+            with contextlib.suppress(_TunnelEnded):
+                await self._send(rpc_pb2.ConnectRequest(error=rpc_pb2.Error(status=status)))
+                await self._tunnel.done_writing()
+
+
+def _log_failed_call(method: str, code: grpc.StatusCode, details: str) -> None:
+    # Every failed forwarded call is logged with its reason; a cancelled one (the client left) is routine.
+    log = _log.info if code is grpc.StatusCode.CANCELLED else _log.warning
+    log("tunnel_call_failed", method=method, code=code.name, reason=details)
 
 
 def _valid_method(name: str) -> bool:
