@@ -6,6 +6,11 @@ agent may be connected to any kas). The request's own ``timeout`` query paramete
 ``--request-timeout``) bounds the wait for the agent; without one, ``routing.tunnel_find_timeout`` does.
 A client that disconnects cancels its handler and with it the routed call.
 
+Every path under the prefix reaches the cluster as the identity the proxy imposes (``access_as: user``:
+impersonation; kas.md §4.5): paths kas serves itself (today ``/graph``) are :data:`ProxyPathHandler` entries
+of :attr:`KubernetesApiProxy.paths`, which receive that identity and must compute their answer with it or
+refuse; every other path is relayed as ``MakeRequest`` carrying it (issue 9 item 1).
+
 Errors kas produces are Kubernetes ``Status`` bodies (``status.py``): 400 outside the prefix, 401 for
 credentials, 403 for CORS and nested impersonation, 500 when the hub fails, 502 when the tunnel or agent
 fails, 504 when no agent connection was found in time. Once the response head is sent, a failure cuts the
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import ssl
+from collections.abc import Awaitable, Callable
 
 import grpc
 from aiohttp import web
@@ -30,9 +36,10 @@ from tether.modules.kubernetes_api.http_grpc import MAKE_REQUEST, ProxyCall, Res
 from tether.modules.kubernetes_api.impersonation import NESTED_IMPERSONATION, carries_impersonation
 from tether.modules.kubernetes_api.status import ProxyError, status_response
 from tether.modules.routing.router import Router, RoutingError
+from tether.pb.gitlab.agent.kubernetes_api.rpc import rpc_pb2
 from tether.tool.durations import parse_duration
 
-__all__ = ["KubernetesApiProxy"]
+__all__ = ["GRAPH_PATH", "KubernetesApiProxy", "ProxyPathHandler"]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +55,10 @@ _HTTP_FOR_GRPC = {
 
 
 GRAPH_PATH = "/graph"
+
+#: A path kas serves itself: (request, agent id, identity to impose or None for the agent's own) -> response.
+#: The identity is not optional: a handler that cannot act as it must refuse (e.g. 403 / a policy close).
+ProxyPathHandler = Callable[[web.BaseRequest, int, rpc_pb2.ImpersonationConfig | None], Awaitable[web.StreamResponse]]
 
 
 def request_timeout_s(request: web.BaseRequest) -> float | None:
@@ -90,6 +101,14 @@ class KubernetesApiProxy:
             access_log=None,
         )
         self._runner = web.ServerRunner(server, shutdown_timeout=config.listen.shutdown_grace_period)
+        #: Paths under the prefix that kas answers itself instead of relaying ``MakeRequest``.
+        self.paths: dict[str, ProxyPathHandler] = {GRAPH_PATH: self._graph}
+
+    async def _graph(
+        self, request: web.BaseRequest, agent_id: int, impersonation: rpc_pb2.ImpersonationConfig | None
+    ) -> web.StreamResponse:
+        # The Graph API lives on the same endpoint and authentication (issue 6, graph.md).
+        return await serve_graph_websocket(request, router_opener(self._router, agent_id), impersonation)
 
     async def start(self) -> int:
         """Bind and serve; return the bound TCP port (0 for a unix socket).
@@ -141,9 +160,9 @@ class KubernetesApiProxy:
                     f"Forbidden: {NESTED_IMPERSONATION}: the request carries {name}, but agent "
                     f"{auth.agent_id} is reached as GitLab user {auth.username!r} (access_as: user)",
                 )
-            if url_path == GRAPH_PATH:
-                # The Graph API lives on the same endpoint and authentication (issue 6, graph.md).
-                return await serve_graph_websocket(request, router_opener(self._router, credentials.agent_id))
+            own = self.paths.get(url_path)
+            if own is not None:
+                return await own(request, credentials.agent_id, impersonation)
             upgrade = is_upgrade(request.headers.items())
             call = ProxyCall(request, request_header(request, url_path, impersonation), upgrade, cors)
             return await self._forward(request, call, credentials.agent_id)
