@@ -24,6 +24,7 @@ from tether.modules.kubernetes_api.cors import cors_headers, is_preflight, prefl
 from tether.modules.kubernetes_api.headers import canonical_key, clean_headers, is_upgrade
 from tether.modules.kubernetes_api.impersonation import carries_impersonation, impersonation_headers
 from tether.modules.kubernetes_api.status import ProxyError, status_body
+from tether.modules.routing.metadata import ROUTING_AGENT_ID_KEY, RoutingMetadataError, routing_agent_id
 
 
 def creds(headers: dict[str, str] | list[tuple[str, str]], query: str = "", cookies: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
@@ -80,6 +81,11 @@ def test_pat_credentials() -> None:
         ({"Authorization": "Bearer ci:1:job"}, "CI job tokens"),
         ({"Authorization": "Bearer pat:x:tok"}, "not a positive decimal"),
         ({"Authorization": "Bearer pat:0:tok"}, "not a positive decimal"),
+        ({"Authorization": "Bearer pat:9223372036854775808:tok"}, "not a positive decimal"),
+        ({"Authorization": "Bearer pat:\u00b2:tok"}, "not a positive decimal"),
+        ({"Authorization": "Bearer pat:\u0661:tok"}, "not a positive decimal"),
+        ({"Authorization": "Bearer pat:+5:tok"}, "not a positive decimal"),
+        ({"Authorization": "Bearer pat:5_0:tok"}, "not a positive decimal"),
         ({"Authorization": "Bearer pat:5:"}, "empty token"),
         ([("Authorization", "Bearer pat:5:a"), ("Authorization", "Bearer pat:5:a")], "exactly one Authorization"),
     ],
@@ -90,6 +96,20 @@ def test_bad_credentials_are_401_with_the_marker_header(headers: dict[str, str],
     assert caught.value.code == 401
     assert caught.value.headers == {"Gitlab-Unauthorized": "true"}
     assert fragment in caught.value.message
+
+
+@pytest.mark.parametrize("agent_id", ["\u00b2", "9223372036854775808", "1" * 400])
+def test_session_agent_id_must_be_ascii_and_in_range(agent_id: str) -> None:
+    with pytest.raises(ProxyError) as caught:
+        creds({"Gitlab-Agent-Id": agent_id, "X-Csrf-Token": "c"}, cookies={"_gitlab_kas": "s"})
+    assert caught.value.code == 401 and "not a positive decimal" in caught.value.message
+
+
+def test_routing_agent_id_must_be_ascii_and_in_range() -> None:
+    for bad in ("\u00b2", "9223372036854775808", "-1", "0", " 1"):
+        with pytest.raises(RoutingMetadataError):
+            routing_agent_id([(ROUTING_AGENT_ID_KEY, bad)])
+    assert routing_agent_id([(ROUTING_AGENT_ID_KEY, "9223372036854775807")]) == 2**63 - 1
 
 
 def test_session_cookie_credentials_from_headers_or_query() -> None:

@@ -10,6 +10,7 @@ from tether.hub.api.deps import Paging, State, ref
 from tether.hub.api.pagination import fetch_page, set_headers
 from tether.hub.api.schemas_in import AgentCreate
 from tether.hub.api.schemas_out import AgentDetailOut, AgentOut, agent_out
+from tether.hub.ids import RowId
 from tether.hub.roles import Role
 from tether.hub.service import agents
 from tether.hub.service.paths import find_project
@@ -31,7 +32,7 @@ async def list_agents(
 
 
 @router.get("/projects/{project_id}/cluster_agents/{agent_id}", summary="Get an agent and its live connections")
-async def get_agent(state: State, principal: Reader, project_id: str, agent_id: int) -> AgentDetailOut:
+async def get_agent(state: State, principal: Reader, project_id: str, agent_id: RowId) -> AgentDetailOut:
     """Developer or above.
 
     ``connections`` come from kas; when kas cannot be asked the list is empty and ``connections_error`` says why.
@@ -53,7 +54,7 @@ async def create_agent(state: State, principal: Writer, project_id: str, body: A
 
 
 @router.delete("/projects/{project_id}/cluster_agents/{agent_id}", status_code=204, summary="Delete an agent")
-async def delete_agent(state: State, principal: Writer, project_id: str, agent_id: int) -> Response:
+async def delete_agent(state: State, principal: Writer, project_id: str, agent_id: RowId) -> Response:
     """Maintainer or above; the agent's tokens stop working."""
     async with state.db.transaction() as session:
         project = await find_project(session, ref(project_id))

@@ -29,6 +29,7 @@ from multidict import MultiMapping
 from tether.kas.gitlab_client import GitlabClient, GitlabClientError, ProxyUserAuthorization
 from tether.modules.kubernetes_api.status import UNAUTHORIZED_HEADER, ProxyError
 from tether.pb.gitlab.agent.kubernetes_api.rpc import rpc_pb2
+from tether.tool.ids import parse_id
 
 __all__ = [
     "AGENT_ID_HEADER",
@@ -81,9 +82,10 @@ def _unauthorized(message: str) -> ProxyError:
 
 
 def _agent_id(text: str, where: str) -> int:
-    if not text.isdigit() or int(text) <= 0:
-        raise _unauthorized(f"{where}: agent id {text!r} is not a positive decimal number")
-    return int(text)
+    agent_id = parse_id(text)
+    if agent_id is None:
+        raise _unauthorized(f"{where}: agent id {text[:40]!r} is not a positive decimal number below 2**63")
+    return agent_id
 
 
 def _from_authorization(values: list[str]) -> ProxyCredentials:
