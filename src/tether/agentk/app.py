@@ -36,6 +36,7 @@ from tether.modules.reverse_tunnel.agent_connection import ConnectedTunnels, Tun
 from tether.modules.reverse_tunnel.agent_pool import ConnectionPool, PooledConnection, TunnelListener
 from tether.pb.gitlab.agent.agentcfg import agentcfg_pb2
 from tether.pb.gitlab.agent.pods.rpc import rpc_pb2_grpc as pods_grpc
+from tether.tool.http_server import SafeAppRunner
 
 __all__ = ["AgentkApp", "configure_logging"]
 
@@ -182,7 +183,7 @@ class AgentkApp:
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/liveness", self._liveness)
         app.router.add_get("/readiness", self._readiness)
-        runner = web.AppRunner(app, access_log=None)
+        runner = SafeAppRunner(app, access_log=None)
         await runner.setup()
         host = self._config.observability_host or None
         site = web.TCPSite(runner, host, self._config.observability_port)

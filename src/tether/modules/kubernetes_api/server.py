@@ -38,6 +38,7 @@ from tether.modules.kubernetes_api.status import ProxyError, status_response
 from tether.modules.routing.router import Router, RoutingError
 from tether.pb.gitlab.agent.kubernetes_api.rpc import rpc_pb2
 from tether.tool.durations import parse_duration
+from tether.tool.http_server import SafeServer
 
 __all__ = ["GRAPH_PATH", "KubernetesApiProxy", "ProxyPathHandler"]
 
@@ -91,7 +92,7 @@ class KubernetesApiProxy:
         self._authorizer = authorizer
         self._external_url = external_url
         self._prefix = config.url_path_prefix
-        server = web.Server(
+        server = SafeServer(
             self._handle,
             handler_cancellation=True,  # a client that goes away cancels its routed call
             auto_decompress=False,  # bodies are relayed as sent
