@@ -28,6 +28,7 @@ from tether.kas.config import KasConfig, ListenCF
 from tether.kas.gitlab_client import GitlabClient
 from tether.kas.instance_registry import KasInstanceRegistry
 from tether.kas.observability import GaugeCollector, ObservabilityServer
+from tether.kas.token_revocation import AgentTokensServicer, subscribe_revocations
 from tether.modules.agent_configuration.kas_server import AgentConfigurationServicer
 from tether.modules.agent_tracker.api import AgentTrackerServicer
 from tether.modules.agent_tracker.tracker import AgentTracker
@@ -43,6 +44,7 @@ from tether.modules.routing.kas_pool import KasPool
 from tether.modules.routing.notifier import TunnelNotifier
 from tether.modules.routing.router import Router, RoutingOptions
 from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2_grpc as config_grpc
+from tether.pb.gitlab.agent.agent_tokens.rpc import rpc_pb2_grpc as tokens_grpc
 from tether.pb.gitlab.agent.agent_tracker.rpc import rpc_pb2_grpc as tracker_grpc
 from tether.pb.gitlab.agent.event.event_pb2 import TunnelsAvailable
 from tether.pb.gitlab.agent.kas.instance_pb2 import KasInstanceInfo
@@ -200,6 +202,7 @@ class KasApp:
             agent.info_cache_ttl,
             agent.info_cache_error_ttl,
         )
+        subscribe_revocations(self.events, self.auth)
         self.kubernetes_api: KubernetesApiProxy | None = None
         if agent.kubernetes_api is not None:
             proxy = agent.kubernetes_api
@@ -263,6 +266,7 @@ class KasApp:
             interceptors=[JwtServerInterceptor(JwtVerifier(secret, AUDIENCE_KAS, ISSUER_GITLAB))],
         )
         tracker_grpc.add_AgentTrackerServicer_to_server(AgentTrackerServicer(self.agent_tracker), server)
+        tokens_grpc.add_AgentTokensServicer_to_server(AgentTokensServicer(self.events), server)
         server.add_generic_rpc_handlers([RoutedApiHandler(self.router, POD_METHODS)])
         return server
 

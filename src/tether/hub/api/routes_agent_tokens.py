@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 
 from tether.hub.api.auth import Reader, Writer
+from tether.hub.api.connections import announce_revoked_tokens
 from tether.hub.api.deps import Paging, State, ref
 from tether.hub.api.pagination import fetch_page, set_headers
 from tether.hub.api.schemas_in import AgentTokenCreate
@@ -66,5 +67,8 @@ async def revoke_token(state: State, principal: Writer, project_id: str, agent_i
     async with state.db.transaction() as session:
         project = await find_project(session, ref(project_id))
         agent = await agents.get_agent(session, principal, project, agent_id, Role.MAINTAINER)
-        agents.revoke_token(await agents.get_token(session, agent, token_id))
+        token = await agents.get_token(session, agent, token_id)
+        agents.revoke_token(token)
+        digest = token.token_digest
+    await announce_revoked_tokens(state, agent_id, [digest])
     return Response(status_code=204)

@@ -40,8 +40,12 @@ class ReverseTunnelServicer(rpc_pb2_grpc.ReverseTunnelServicer):
         """Handle one tunnel for its whole life; see the module docstring."""
         try:
             agent = await self._auth.authenticate(context.invocation_metadata())
+            with self._auth.hold(context.invocation_metadata()):  # a revoked token's tunnels are cancelled
+                await self._serve(agent.agent_id, context)
         except AuthError as exc:
             await context.abort(exc.code, exc.message)
+
+    async def _serve(self, agent_id: int, context: ConnectContext) -> None:
         first: Any = await context.read()
         if first is grpc.aio.EOF:
             return
@@ -52,7 +56,7 @@ class ReverseTunnelServicer(rpc_pb2_grpc.ReverseTunnelServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"invalid tunnel stream: {exc}")
         if not first.descriptor.agent_descriptor.services:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "descriptor advertises no services")
-        tunnel = Tunnel(agent.agent_id, first.descriptor.agent_descriptor, context)
+        tunnel = Tunnel(agent_id, first.descriptor.agent_descriptor, context)
         age_s = self._max_age_s * random.uniform(0.95, 1.0)
         status = await self._registry.handle_tunnel(tunnel, age_s)
         if status is not None and status[0] is not grpc.StatusCode.OK:
