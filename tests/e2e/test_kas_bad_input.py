@@ -224,3 +224,19 @@ async def test_agent_disconnect_drops_idle_tunnel_at_once(kas: KasProc) -> None:
         assert time.monotonic() < deadline, "tunnel not dropped after the agent disconnected"
         await asyncio.sleep(0.05)
     assert_no_leaks(kas)
+
+
+@pytest.mark.parametrize("metadata", [_bearer("no-such-token"), ()], ids=["unknown_token", "no_token"])
+async def test_agent_rpcs_authenticate_before_decoding_the_request(
+    system: System, hub_stub: HubStub, metadata: tuple[tuple[str, str], ...]
+) -> None:
+    """Issue 9 item 7: a 9 MiB body that is not even a ConfigurationRequest is refused for its token, undecoded."""
+    kas = system.kas(use_redis=False)
+    garbage = b"\xff" * (9 << 20)
+    async with grpc.aio.insecure_channel(kas.agent_address.removeprefix("grpc://")) as channel:
+        method = channel.unary_stream("/gitlab.agent.agent_configuration.rpc.AgentConfiguration/GetConfiguration")
+        with pytest.raises(grpc.aio.AioRpcError) as failure:
+            async for _ in method(garbage, metadata=metadata, timeout=10):
+                pass
+    assert failure.value.code() == grpc.StatusCode.UNAUTHENTICATED, failure.value
+    assert_no_leaks(kas)

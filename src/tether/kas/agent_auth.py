@@ -21,7 +21,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -31,6 +31,7 @@ from cachetools import TTLCache
 
 from tether.kas.gitlab_client import AgentInfo, GitlabClient, GitlabClientError
 from tether.tool.grpc_meta import MetadataIn
+from tether.tool.jwt_auth import reject_handler
 
 log = logging.getLogger(__name__)
 _CACHEABLE = {
@@ -228,3 +229,27 @@ class AgentAuthenticator:
         """Drop a cached success (used when a later call shows the token no longer works)."""
         if self._cache is not None:
             self._cache.pop(token_digest(token), None)
+
+
+class AgentAuthInterceptor(grpc.aio.ServerInterceptor):
+    """Authenticates the agent token of every RPC on the agent listener before its request is decoded.
+
+    Without it, a handler's request message (up to ``max_message_size``) is parsed before the handler checks
+    the token (issue 9 item 7). Handlers still call :meth:`AgentAuthenticator.authenticate` for the
+    :class:`AgentInfo`; the answer then comes from the cache.
+    """
+
+    def __init__(self, auth: AgentAuthenticator) -> None:
+        self._auth = auth
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        """Refuse the call with the authentication error, or hand it to its handler."""
+        try:
+            await self._auth.authenticate(handler_call_details.invocation_metadata)
+        except AuthError as exc:
+            return reject_handler(exc.code, exc.message)
+        return await continuation(handler_call_details)

@@ -23,7 +23,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from prometheus_client import CollectorRegistry
 
 from tether import __version__
-from tether.kas.agent_auth import AgentAuthenticator
+from tether.kas.agent_auth import AgentAuthenticator, AgentAuthInterceptor
 from tether.kas.config import KasConfig, ListenCF
 from tether.kas.gitlab_client import GitlabClient
 from tether.kas.instance_registry import KasInstanceRegistry
@@ -239,7 +239,10 @@ class KasApp:
 
     def _agent_server(self) -> grpc.aio.Server:
         listen = self.config.agent.listen
-        server = grpc.aio.server(options=_server_options(listen.max_message_size, listen.max_connection_age))
+        server = grpc.aio.server(
+            options=_server_options(listen.max_message_size, listen.max_connection_age),
+            interceptors=[AgentAuthInterceptor(self.auth)],
+        )
         # Long polls (idle tunnels, config streams) end at 30 % of the max age, just after GOAWAY (kas.md §8.3).
         rpc_age_s = listen.max_connection_age * 0.3
         tunnel_grpc.add_ReverseTunnelServicer_to_server(
