@@ -240,3 +240,51 @@ async def test_agent_rpcs_authenticate_before_decoding_the_request(
                 pass
     assert failure.value.code() == grpc.StatusCode.UNAUTHENTICATED, failure.value
     assert_no_leaks(kas)
+
+
+async def test_tunnels_are_capped_per_connection_and_per_agent(system: System, hub_stub: HubStub) -> None:
+    """Issue 9 item 7: one token held 2,480 tunnels; extra tunnels are refused with RESOURCE_EXHAUSTED."""
+    hub_stub.add_agent(TOKEN, AGENT_ID, 7)
+    limits = {"max_tunnels_per_connection": 3, "max_tunnels_per_agent": 5}
+    kas = system.kas(use_redis=False, agent={"listen": limits})
+
+    async def hold() -> AsyncIterator[tunnel_pb2.ConnectRequest]:
+        yield DESCRIPTOR
+        await asyncio.sleep(3600)
+
+    async def refusal(call: grpc.aio.StreamStreamCall) -> grpc.aio.AioRpcError:  # type: ignore[type-arg]
+        with pytest.raises(grpc.aio.AioRpcError) as failure:
+            async for _ in call:
+                pass
+        return failure.value
+
+    async def wait_idle(count: int) -> None:
+        deadline = time.monotonic() + 10
+        while kas.gauge("tunnels_idle") != count:
+            assert time.monotonic() < deadline, f"expected {count} idle tunnels, have {kas.gauge('tunnels_idle')}"
+            await asyncio.sleep(0.05)
+
+    target = kas.agent_address.removeprefix("grpc://")
+    # Separate channels with distinct options: gRPC would otherwise share one HTTP/2 connection between them.
+    async with (
+        grpc.aio.insecure_channel(target, options=[("grpc.channel_id", 1)]) as first,
+        grpc.aio.insecure_channel(target, options=[("grpc.channel_id", 2)]) as second,
+    ):
+        calls = [tunnel_grpc.ReverseTunnelStub(first).Connect(hold(), metadata=_bearer(TOKEN)) for _ in range(3)]
+        await wait_idle(3)
+        error = await refusal(tunnel_grpc.ReverseTunnelStub(first).Connect(hold(), metadata=_bearer(TOKEN)))
+        assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "max_tunnels_per_connection" in (error.details() or "")
+        calls += [tunnel_grpc.ReverseTunnelStub(second).Connect(hold(), metadata=_bearer(TOKEN)) for _ in range(2)]
+        await wait_idle(5)
+        error = await refusal(tunnel_grpc.ReverseTunnelStub(second).Connect(hold(), metadata=_bearer(TOKEN)))
+        assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "max_tunnels_per_agent" in (error.details() or "")
+        calls[0].cancel()  # a tunnel that ends frees its place
+        await wait_idle(4)
+        calls.append(tunnel_grpc.ReverseTunnelStub(second).Connect(hold(), metadata=_bearer(TOKEN)))
+        await wait_idle(5)
+        for call in calls:
+            call.cancel()
+    await wait_idle(0)
+    assert_no_leaks(kas)

@@ -246,7 +246,10 @@ class KasApp:
         # Long polls (idle tunnels, config streams) end at 30 % of the max age, just after GOAWAY (kas.md §8.3).
         rpc_age_s = listen.max_connection_age * 0.3
         tunnel_grpc.add_ReverseTunnelServicer_to_server(
-            ReverseTunnelServicer(self.registry, self.auth, rpc_age_s), server
+            ReverseTunnelServicer(
+                self.registry, self.auth, rpc_age_s, listen.max_tunnels_per_agent, listen.max_tunnels_per_connection
+            ),
+            server,
         )
         config_grpc.add_AgentConfigurationServicer_to_server(
             AgentConfigurationServicer(

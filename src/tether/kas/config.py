@@ -44,6 +44,10 @@ class AgentListenCF(ListenCF):
     connections_per_token_per_minute: int = Field(default=40000, ge=0)
     #: Tether addition: largest gRPC message accepted on this listener, in bytes.
     max_message_size: int = Field(default=10 * 1024 * 1024, ge=1024)
+    #: Tether addition: most tunnels one agent may hold on this kas (all its agentk replicas together).
+    max_tunnels_per_agent: int = Field(default=2000, ge=1)
+    #: Tether addition: most tunnels one connection (one agentk replica) may hold; agentk opens at most 500.
+    max_tunnels_per_connection: int = Field(default=500, ge=1)
 
 
 class AgentConfigurationCF(_Section):

@@ -2,12 +2,19 @@
 
 Authenticates the agent, requires the descriptor as the first message, then hands the stream to the
 tunnel registry and ends the RPC with the status the tunnel finished with.
+
+Tunnels are capped per agent and per connection (the caller's address, one per HTTP/2 connection); a tunnel
+beyond either cap is refused with ``RESOURCE_EXHAUSTED`` naming the limit (issue 9 item 7: one token held
+2,480 tunnels). agentk backs off and retries, by then a tunnel may have ended.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
+from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -21,6 +28,10 @@ from tether.tool.automaton import StreamAutomaton, StreamOrderError
 log = logging.getLogger(__name__)
 
 
+class _TooManyTunnels(Exception):
+    """A tunnel beyond a cap; the message names the limit."""
+
+
 class ReverseTunnelServicer(rpc_pb2_grpc.ReverseTunnelServicer):
     """Serves ``/gitlab.agent.reverse_tunnel.rpc.ReverseTunnel/Connect``.
 
@@ -31,19 +42,52 @@ class ReverseTunnelServicer(rpc_pb2_grpc.ReverseTunnelServicer):
             agentk moves to a fresh connection before load balancers cut it (kas.md §8.3).
     """
 
-    def __init__(self, registry: TunnelRegistry, auth: AgentAuthenticator, max_connection_age_s: float) -> None:
+    def __init__(
+        self,
+        registry: TunnelRegistry,
+        auth: AgentAuthenticator,
+        max_connection_age_s: float,
+        max_per_agent: int = 2000,
+        max_per_connection: int = 500,
+    ) -> None:
         self._registry = registry
         self._auth = auth
         self._max_age_s = max_connection_age_s
+        self._max_per_agent = max_per_agent
+        self._max_per_connection = max_per_connection
+        self._per_agent: Counter[int] = Counter()
+        self._per_connection: Counter[str] = Counter()
 
     async def Connect(self, request_iterator: Any, context: ConnectContext) -> None:  # type: ignore[override]
         """Handle one tunnel for its whole life; see the module docstring."""
         try:
             agent = await self._auth.authenticate(context.invocation_metadata())
-            with self._auth.hold(context.invocation_metadata()):  # a revoked token's tunnels are cancelled
+            with self._auth.hold(context.invocation_metadata()), self._count(agent.agent_id, context.peer()):
                 await self._serve(agent.agent_id, context)
         except AuthError as exc:
             await context.abort(exc.code, exc.message)
+        except _TooManyTunnels as exc:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+
+    @contextlib.contextmanager
+    def _count(self, agent_id: int, peer: str) -> Iterator[None]:
+        if self._per_connection[peer] >= self._max_per_connection:
+            raise _TooManyTunnels(
+                f"this connection holds {self._per_connection[peer]} tunnels of agent {agent_id}, the most kas "
+                f"accepts (agent.listen.max_tunnels_per_connection)"
+            )
+        if self._per_agent[agent_id] >= self._max_per_agent:
+            raise _TooManyTunnels(
+                f"agent {agent_id} holds {self._per_agent[agent_id]} tunnels on this kas, the most it accepts "
+                f"(agent.listen.max_tunnels_per_agent)"
+            )
+        self._per_agent[agent_id] += 1
+        self._per_connection[peer] += 1
+        try:
+            yield
+        finally:
+            self._per_agent -= Counter({agent_id: 1})  # Counter subtraction drops keys that reach 0
+            self._per_connection -= Counter({peer: 1})
 
     async def _serve(self, agent_id: int, context: ConnectContext) -> None:
         first: Any = await context.read()
