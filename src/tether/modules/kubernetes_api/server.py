@@ -19,6 +19,7 @@ connection instead.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
@@ -181,6 +182,12 @@ class KubernetesApiProxy:
             status = await self._router.route(agent_id, MAKE_REQUEST, (), call, request_timeout_s(request))
         except RoutingError as exc:
             code = 504 if exc.code == grpc.StatusCode.DEADLINE_EXCEEDED else 502
+            if code == 504 and call.response is not None and call.raw is None:
+                # The client's own timeout ended a streaming answer (e.g. a watch): end it as the API server
+                # ends a watch at timeoutSeconds, with the terminating chunk.
+                with contextlib.suppress(ConnectionError, RuntimeError):
+                    await call.response.write_eof()
+                return call.response
             return self._fail(call, ProxyError(code, exc.message if code == 504 else f"Proxy error: {exc.message}"))
         except ResponseStreamError as exc:
             return self._fail(call, ProxyError(502, f"Proxy error: {exc}"))

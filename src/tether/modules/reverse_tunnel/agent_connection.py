@@ -18,6 +18,7 @@ import structlog
 from grpc import aio
 
 from tether.modules.reverse_tunnel.agent_pool import TunnelListener
+from tether.modules.routing.metadata import timeout_from
 from tether.pb.gitlab.agent.reverse_tunnel.info import info_pb2
 from tether.pb.gitlab.agent.reverse_tunnel.rpc import rpc_pb2, rpc_pb2_grpc
 from tether.tool.automaton import StreamAutomaton, StreamOrderError
@@ -199,7 +200,9 @@ class _ForwardedCall:
         # No (de)serializers: the message bytes pass through undecoded, like upstream's raw codec.
         self._call: _RawCall | None = None
         if _valid_method(info.method_name):
-            self._call = channel.stream_stream(info.method_name)(metadata=values_to_meta(info.meta))
+            metadata = values_to_meta(info.meta)
+            # kas' deadline for the call (tether-timeout-ms): gRPC's own deadline does not cross the tunnel.
+            self._call = channel.stream_stream(info.method_name)(metadata=metadata, timeout=timeout_from(metadata))
         _log.debug("tunnel_request", method=info.method_name)
         self._pump = asyncio.create_task(self._respond())
 
