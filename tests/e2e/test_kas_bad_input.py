@@ -288,3 +288,55 @@ async def test_tunnels_are_capped_per_connection_and_per_agent(system: System, h
             call.cancel()
     await wait_idle(0)
     assert_no_leaks(kas)
+
+
+async def test_a_tunnel_without_its_descriptor_is_ended(kas: KasProc) -> None:
+    """Issue 9 item 5: a peer that opens a tunnel and stalls before the descriptor is cut within seconds."""
+
+    async def stall() -> AsyncIterator[tunnel_pb2.ConnectRequest]:
+        await asyncio.sleep(3600)
+        yield DESCRIPTOR
+
+    async with grpc.aio.insecure_channel(kas.agent_address.removeprefix("grpc://")) as channel:
+        call = tunnel_grpc.ReverseTunnelStub(channel).Connect(stall(), metadata=_bearer(TOKEN), timeout=60)
+        with pytest.raises(grpc.aio.AioRpcError) as failure:
+            async for _ in call:
+                pass
+    assert failure.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED, failure.value
+    assert "descriptor" in (failure.value.details() or "")
+    assert_no_leaks(kas)
+
+
+async def test_a_routing_kas_that_never_starts_streaming_frees_the_tunnel(kas: KasProc) -> None:
+    """Issue 9 item 5: after TunnelReady the gateway waits a few seconds for StartStreaming, then gives the
+    tunnel back instead of holding it for as long as the stalled routing kas keeps the call open."""
+
+    async def hold() -> AsyncIterator[tunnel_pb2.ConnectRequest]:
+        yield DESCRIPTOR
+        await asyncio.sleep(3600)
+
+    async def stall() -> AsyncIterator[bytes]:
+        await asyncio.sleep(3600)
+        yield b""
+
+    metadata = _bearer(mint(_private_secret(kas), ISSUER_KAS, AUDIENCE_KAS, 60))
+    metadata += (("kas-hop-routing-agent-id", str(AGENT_ID)),)
+    async with (
+        grpc.aio.insecure_channel(kas.agent_address.removeprefix("grpc://")) as agent,
+        grpc.aio.insecure_channel(f"127.0.0.1:{kas.ports['private_api']}") as routing,
+    ):
+        tunnel = tunnel_grpc.ReverseTunnelStub(agent).Connect(hold(), metadata=_bearer(TOKEN))
+        deadline = time.monotonic() + 10
+        while kas.gauge("tunnels_idle") != 1:
+            assert time.monotonic() < deadline, "tunnel never registered"
+            await asyncio.sleep(0.05)
+        call = routing.stream_stream("/gitlab.agent.pods.rpc.Pods/GetPods")(stall(), metadata=metadata, timeout=60)
+        first = await call.read()
+        assert b"" != first and kas.gauge("tunnels_idle") == 0, "TunnelReady: the tunnel is reserved"
+        with pytest.raises(grpc.aio.AioRpcError) as failure:
+            while await call.read() is not grpc.aio.EOF:
+                pass
+        assert failure.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED, failure.value
+        assert "StartStreaming" in (failure.value.details() or "")
+        assert kas.gauge("tunnels_idle") == 1, "the unclaimed tunnel went back to the registry"
+        tunnel.cancel()

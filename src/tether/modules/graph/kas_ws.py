@@ -271,7 +271,7 @@ async def serve_graph_websocket(
     open_watch_graph: OpenWatchGraph,
     impersonation: kubernetes_api_pb2.ImpersonationConfig | None,
     *,
-    first_message_timeout_s: float = 60.0,
+    first_message_timeout_s: float = 10.0,
     heartbeat_s: float = 30.0,
 ) -> web.StreamResponse:
     """Serve one Graph API WebSocket session (the caller has authenticated the request and picked the agent).

@@ -10,6 +10,7 @@ beyond either cap is refused with ``RESOURCE_EXHAUSTED`` naming the limit (issue
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import random
@@ -26,6 +27,9 @@ from tether.pb.gitlab.agent.reverse_tunnel.rpc import rpc_pb2, rpc_pb2_grpc
 from tether.tool.automaton import StreamAutomaton, StreamOrderError
 
 log = logging.getLogger(__name__)
+
+#: agentk sends its descriptor at once; a peer that stalls before it is cut (issue 9 item 5).
+DESCRIPTOR_TIMEOUT_S = 10.0
 
 
 class _TooManyTunnels(Exception):
@@ -90,7 +94,13 @@ class ReverseTunnelServicer(rpc_pb2_grpc.ReverseTunnelServicer):
             self._per_connection -= Counter({peer: 1})
 
     async def _serve(self, agent_id: int, context: ConnectContext) -> None:
-        first: Any = await context.read()
+        try:
+            first: Any = await asyncio.wait_for(context.read(), DESCRIPTOR_TIMEOUT_S)
+        except TimeoutError:
+            await context.abort(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"no descriptor within {DESCRIPTOR_TIMEOUT_S:g} s of opening the tunnel",
+            )
         if first is grpc.aio.EOF:
             return
         try:
