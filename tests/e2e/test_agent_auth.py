@@ -76,3 +76,24 @@ async def test_revoked_token_is_refused_on_next_authentication(system: System, h
     with pytest.raises(grpc.aio.AioRpcError) as failure:
         await first_configuration(target, token)
     assert failure.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_connections_per_token_per_minute_holds_across_kas_replicas(system: System, hub_stub: HubStub) -> None:
+    """Issue 9 item 4: the limit was accepted but not enforced; it now counts every kas' RPCs in Redis."""
+    token, other = f"limited-{time.monotonic_ns()}", f"unlimited-{time.monotonic_ns()}"
+    hub_stub.add_agent(token, 79, 8)
+    hub_stub.add_agent(other, 80, 8)
+    limit = {"agent": {"listen": {"connections_per_token_per_minute": 5}}}
+    kas1, kas2 = system.kas(**limit), system.kas(**limit)
+    targets = [k.agent_address.removeprefix("grpc://") for k in (kas1, kas2, kas1, kas2, kas1)]
+    for target in targets:
+        await first_configuration(target, token)
+    before = info_calls(hub_stub)
+    for target in targets[:2]:
+        with pytest.raises(grpc.aio.AioRpcError) as failure:
+            await first_configuration(target, token)
+        assert failure.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "connections_per_token_per_minute" in (failure.value.details() or "")
+    assert info_calls(hub_stub) == before, "a throttled RPC costs no hub call"
+    await first_configuration(targets[0], other)  # another token has its own budget
+    assert 'tether_rate_limited_total{limit="agent_rpc"}' in kas1.metrics()

@@ -32,6 +32,8 @@ from cachetools import TTLCache
 from tether.kas.gitlab_client import AgentInfo, GitlabClient, GitlabClientError
 from tether.tool.grpc_meta import MetadataIn
 from tether.tool.jwt_auth import reject_handler
+from tether.tool.rate_limit import RateLimiter
+from tether.tool.rate_limit import per_minute as rate_per_minute
 
 log = logging.getLogger(__name__)
 _CACHEABLE = {
@@ -232,15 +234,26 @@ class AgentAuthenticator:
 
 
 class AgentAuthInterceptor(grpc.aio.ServerInterceptor):
-    """Authenticates the agent token of every RPC on the agent listener before its request is decoded.
+    """Rate-limits and authenticates every RPC on the agent listener before its request is decoded.
 
     Without it, a handler's request message (up to ``max_message_size``) is parsed before the handler checks
     the token (issue 9 item 7). Handlers still call :meth:`AgentAuthenticator.authenticate` for the
     :class:`AgentInfo`; the answer then comes from the cache.
+
+    New RPCs per token are limited to ``connections_per_token_per_minute`` across every kas sharing the
+    limiter's Redis (upstream's ``agent.listen.connections_per_token_per_minute``; 0 turns it off); beyond,
+    RPCs get ``RESOURCE_EXHAUSTED`` before any hub call. The key is the token's SHA-256.
+
+    Args:
+        auth: the authenticator.
+        limiter: the shared rate limiter, or None for no limit.
+        per_minute: the limit.
     """
 
-    def __init__(self, auth: AgentAuthenticator) -> None:
+    def __init__(self, auth: AgentAuthenticator, limiter: RateLimiter | None = None, per_minute: int = 0) -> None:
         self._auth = auth
+        self._limiter = limiter if per_minute > 0 else None
+        self._limit = rate_per_minute(max(per_minute, 1))
 
     async def intercept_service(
         self,
@@ -248,8 +261,17 @@ class AgentAuthInterceptor(grpc.aio.ServerInterceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
         """Refuse the call with the authentication error, or hand it to its handler."""
+        metadata = handler_call_details.invocation_metadata
         try:
-            await self._auth.authenticate(handler_call_details.invocation_metadata)
+            if self._limiter is not None:
+                key = token_digest(bearer_token(metadata)).hex()
+                if not await self._limiter.hit("agent_rpc", self._limit, key):
+                    return reject_handler(
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        f"rate limit exceeded: more than {self._limit.amount} RPCs per minute with this agent token "
+                        "(agent.listen.connections_per_token_per_minute)",
+                    )
+            await self._auth.authenticate(metadata)
         except AuthError as exc:
             return reject_handler(exc.code, exc.message)
         return await continuation(handler_call_details)

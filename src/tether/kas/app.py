@@ -53,6 +53,7 @@ from tether.tool.events import EventBus
 from tether.tool.expiring_hash import HashBackend
 from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_GITLAB, ISSUER_KAS, JwtServerInterceptor, JwtVerifier
 from tether.tool.memory_backend import MemoryBackend
+from tether.tool.rate_limit import RateLimiter
 from tether.tool.redis_backend import RedisBackend
 from tether.tool.secrets import SecretError, load_base64_secret
 
@@ -86,8 +87,17 @@ def own_private_api_url(config: KasConfig) -> str:
 
 
 def _redis_backend(config: KasConfig) -> HashBackend:
-    if config.redis is None:
+    url = _redis_url(config)
+    if url is None or config.redis is None:
         return MemoryBackend()
+    return RedisBackend.from_url(
+        url, dial_timeout_s=config.redis.dial_timeout, write_timeout_s=config.redis.write_timeout
+    )
+
+
+def _redis_url(config: KasConfig) -> str | None:
+    if config.redis is None:
+        return None
     cfg = config.redis
     auth = ""
     if cfg.password_file is not None:
@@ -99,7 +109,7 @@ def _redis_backend(config: KasConfig) -> HashBackend:
         url = f"unix://{auth}{cfg.server.address}?db={cfg.database_index}"
     else:
         url = f"redis://{auth}{cfg.server.address}/{cfg.database_index}"
-    return RedisBackend.from_url(url, dial_timeout_s=cfg.dial_timeout, write_timeout_s=cfg.write_timeout)
+    return url
 
 
 def _server_options(max_message_size: int, max_connection_age_s: float) -> list[tuple[str, Any]]:
@@ -158,6 +168,7 @@ class KasApp:
         agent = config.agent
         self.own_url = own_private_api_url(config)
         self.backend = _redis_backend(config)
+        self.rate_limiter = RateLimiter(_redis_url(config), f"{prefix}:rate_limit")
         self.events = EventBus(self.backend, prefix)
         self.tunnel_tracker = TunnelTracker(
             self.backend, self.events, self.own_url, prefix, agent.redis_conn_info_ttl, agent.redis_conn_info_refresh
@@ -241,7 +252,7 @@ class KasApp:
         listen = self.config.agent.listen
         server = grpc.aio.server(
             options=_server_options(listen.max_message_size, listen.max_connection_age),
-            interceptors=[AgentAuthInterceptor(self.auth)],
+            interceptors=[AgentAuthInterceptor(self.auth, self.rate_limiter, listen.connections_per_token_per_minute)],
         )
         # Long polls (idle tunnels, config streams) end at 30 % of the max age, just after GOAWAY (kas.md §8.3).
         rpc_age_s = listen.max_connection_age * 0.3
