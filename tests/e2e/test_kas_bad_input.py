@@ -332,7 +332,7 @@ async def test_a_routing_kas_that_never_starts_streaming_frees_the_tunnel(kas: K
             await asyncio.sleep(0.05)
         call = routing.stream_stream("/gitlab.agent.pods.rpc.Pods/GetPods")(stall(), metadata=metadata, timeout=60)
         first = await call.read()
-        assert b"" != first and kas.gauge("tunnels_idle") == 0, "TunnelReady: the tunnel is reserved"
+        assert first != b"" and kas.gauge("tunnels_idle") == 0, "TunnelReady: the tunnel is reserved"
         with pytest.raises(grpc.aio.AioRpcError) as failure:
             while await call.read() is not grpc.aio.EOF:
                 pass

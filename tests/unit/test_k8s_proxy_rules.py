@@ -13,6 +13,7 @@ from multidict import CIMultiDict, MultiDict
 from tether.kas.config import ConfigError, KasConfig, load_config
 from tether.kas.gitlab_client import GitlabClientError, ProxyUserAuthorization, RoleGrant, _proxy_user_authorization
 from tether.modules.kubernetes_api.auth import (
+    _CACHE_SIZE,
     PAT_ACCESS,
     SESSION_ACCESS,
     ProxyCredentials,
@@ -300,3 +301,17 @@ async def test_authorizer_does_not_cache_hub_failures() -> None:
     hub.answer = aiohttp.ClientConnectionError("refused")
     with pytest.raises(ProxyError, match="unreachable"):
         await authorizer.authorize(PAT)
+
+
+async def test_authorizer_caches_are_bounded() -> None:
+    """Issue 9 item 4: an attacker cycling through fresh tokens must not grow kas' memory without bound."""
+    hub = FakeHub(GitlabClientError(401, "/authorize_proxy_user", "no"))
+    authorizer = ProxyUserAuthorizer(hub, 60, 3600)  # type: ignore[arg-type]
+    for index in range(_CACHE_SIZE + 500):
+        with pytest.raises(ProxyError):
+            await authorizer.authorize(ProxyCredentials(5, PAT_ACCESS, f"glpat-{index}"))
+    assert authorizer._refusals is not None and len(authorizer._refusals) <= _CACHE_SIZE
+    hub.answer = ALLOWED
+    for index in range(_CACHE_SIZE + 500):
+        await authorizer.authorize(ProxyCredentials(5, PAT_ACCESS, f"glpat-ok-{index}"))
+    assert authorizer._cache is not None and len(authorizer._cache) <= _CACHE_SIZE

@@ -222,6 +222,7 @@ class KasApp:
                 self.router,
                 ProxyUserAuthorizer(self.gitlab, proxy.allowed_agent_cache_ttl, proxy.allowed_agent_cache_error_ttl),
                 config.gitlab.external_url,
+                self.rate_limiter,
             )
         self._connected_agents = 0.0
         self.metrics = CollectorRegistry()

@@ -77,6 +77,10 @@ class KubernetesApiCF(_Section):
     allowed_agent_cache_ttl: Duration = 60.0
     #: How long a refusal (hub 401/403/404) is reused for the same credentials.
     allowed_agent_cache_error_ttl: Duration = 10.0
+    #: Tether addition (issue 9 item 4): refused credentials per client address and minute, over every kas
+    #: sharing Redis, before the address gets 429 without a hub call; 0 turns the throttle off. Behind a proxy
+    #: or load balancer every client shares its address: raise the limit or throttle there.
+    failed_auth_per_source_per_minute: int = Field(default=60, ge=0)
 
     @field_validator("url_path_prefix")
     @classmethod

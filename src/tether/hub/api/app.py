@@ -12,6 +12,8 @@ from contextlib import asynccontextmanager
 
 import grpc
 from fastapi import APIRouter, FastAPI
+from fastapi.responses import PlainTextResponse
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from tether import __version__
 from tether.hub.api import errors
@@ -29,6 +31,7 @@ from tether.hub.api.routes_projects import router as projects_router
 from tether.hub.api.routes_sessions import router as sessions_router
 from tether.hub.api.routes_users import router as users_router
 from tether.hub.api.state import HubState
+from tether.hub.api.throttle import FailedAuthThrottle
 from tether.hub.config import HubConfig
 from tether.hub.db.engine import Database
 from tether.hub.db.migrate import ensure_current
@@ -67,7 +70,13 @@ def create_app(config: HubConfig, gitlab_secret: bytes) -> FastAPI:
         try:
             await ensure_current(db.engine, config.database.auto_migrate)
             kas = _kas_client(config)
-            app.state.hub = HubState(config=config, db=db, gitlab_secret=gitlab_secret, kas=kas)
+            app.state.hub = HubState(
+                config=config,
+                db=db,
+                gitlab_secret=gitlab_secret,
+                kas=kas,
+                throttle=FailedAuthThrottle(config.security.failed_auth_per_source_per_minute),
+            )
             log.info("hub ready on %s (database: %s)", config.listen, db.backend)
             yield
         finally:
@@ -107,6 +116,11 @@ def create_app(config: HubConfig, gitlab_secret: bytes) -> FastAPI:
     async def health() -> dict[str, str]:
         """200 while the process serves requests."""
         return {"status": "ok"}
+
+    @app.get("/-/metrics", tags=["meta"], summary="Prometheus metrics", response_class=PlainTextResponse)
+    async def metrics() -> PlainTextResponse:
+        """Process metrics, e.g. ``tether_rate_limited_total{limit="hub_auth_failures"}`` (counts only)."""
+        return PlainTextResponse(generate_latest(REGISTRY).decode(), media_type=CONTENT_TYPE_LATEST)
 
     app.add_middleware(FormBodyMiddleware)
     app.add_middleware(KasJwtMiddleware)

@@ -29,8 +29,14 @@ from aiohttp import web
 from google.rpc import status_pb2
 
 from tether.kas.config import KubernetesApiCF
+from tether.kas.gitlab_client import ProxyUserAuthorization
 from tether.modules.graph.kas_ws import router_opener, serve_graph_websocket
-from tether.modules.kubernetes_api.auth import ProxyUserAuthorizer, credentials_from, impersonation_for
+from tether.modules.kubernetes_api.auth import (
+    ProxyCredentials,
+    ProxyUserAuthorizer,
+    credentials_from,
+    impersonation_for,
+)
 from tether.modules.kubernetes_api.cors import cors_headers, is_preflight, preflight_response
 from tether.modules.kubernetes_api.headers import is_upgrade
 from tether.modules.kubernetes_api.http_grpc import MAKE_REQUEST, ProxyCall, ResponseStreamError, request_header
@@ -40,6 +46,7 @@ from tether.modules.routing.router import Router, RoutingError
 from tether.pb.gitlab.agent.kubernetes_api.rpc import rpc_pb2
 from tether.tool.durations import parse_duration
 from tether.tool.http_server import SafeServer
+from tether.tool.rate_limit import RateLimiter, per_minute
 
 __all__ = ["GRAPH_PATH", "KubernetesApiProxy", "ProxyPathHandler"]
 
@@ -86,9 +93,16 @@ class KubernetesApiProxy:
     """
 
     def __init__(
-        self, config: KubernetesApiCF, router: Router, authorizer: ProxyUserAuthorizer, external_url: str | None
+        self,
+        config: KubernetesApiCF,
+        router: Router,
+        authorizer: ProxyUserAuthorizer,
+        external_url: str | None,
+        limiter: RateLimiter | None = None,
     ) -> None:
         self._config = config
+        self._limiter = limiter if config.failed_auth_per_source_per_minute > 0 else None
+        self._failure_limit = per_minute(max(config.failed_auth_per_source_per_minute, 1))
         self._router = router
         self._authorizer = authorizer
         self._external_url = external_url
@@ -153,8 +167,7 @@ class KubernetesApiProxy:
             if is_preflight(request.method, request.headers):
                 return preflight_response(request.headers, cors)
             url_path = self._strip_prefix(request.rel_url.path)
-            credentials = credentials_from(request.headers, request.rel_url.query, request.cookies)
-            auth = await self._authorizer.authorize(credentials)
+            auth, credentials = await self._authenticate(request)
             impersonation = impersonation_for(auth, credentials.access_type)
             if impersonation is not None and (name := carries_impersonation(request.headers.keys())):
                 raise ProxyError(
@@ -171,6 +184,26 @@ class KubernetesApiProxy:
         except ProxyError as exc:
             log.debug("k8s proxy refused %s %s: %d %s", request.method, request.rel_url.path, exc.code, exc.message)
             return status_response(exc, cors)
+
+    async def _authenticate(self, request: web.BaseRequest) -> tuple[ProxyUserAuthorization, ProxyCredentials]:
+        """Credentials and the hub's answer; a source with too many refusals gets 429 without a hub call."""
+        source = request.remote or "unknown"
+        if self._limiter is not None and not await self._limiter.allows(
+            "proxy_auth_failures", self._failure_limit, source
+        ):
+            raise ProxyError(
+                429,
+                f"Too many requests: more than {self._failure_limit.amount} refused credentials per minute from "
+                "this address; try again later",
+                {"Retry-After": "60"},
+            )
+        try:
+            credentials = credentials_from(request.headers, request.rel_url.query, request.cookies)
+            return await self._authorizer.authorize(credentials), credentials
+        except ProxyError as exc:
+            if exc.code == 401 and self._limiter is not None:
+                await self._limiter.hit("proxy_auth_failures", self._failure_limit, source)
+            raise
 
     def _strip_prefix(self, path: str) -> str:
         if not path.startswith(self._prefix):
