@@ -4,4 +4,5 @@ pytest_plugins = [
     "tests.fixtures.hub_stub",
     "tests.fixtures.system",
     "tests.fixtures.hub",
+    "tests.fixtures.secrets_in_logs",
 ]
