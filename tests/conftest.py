@@ -1,7 +1,6 @@
 pytest_plugins = [
     "tests.fixtures.servers",
     "tests.fixtures.k8s",
-    "tests.fixtures.hub_stub",
     "tests.fixtures.system",
     "tests.fixtures.hub",
     "tests.fixtures.secrets_in_logs",

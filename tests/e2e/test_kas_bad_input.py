@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
-from tests.fixtures.hub_stub import HubStub
+from tests.fixtures.hub import RealHub
 from tests.fixtures.system import KasProc, System
 from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2 as config_pb2
 from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2_grpc as config_grpc
@@ -30,8 +30,8 @@ AGENT_ID = 41
 
 
 @pytest.fixture
-def kas(system: System, hub_stub: HubStub) -> KasProc:
-    hub_stub.add_agent(TOKEN, AGENT_ID, 7)
+def kas(system: System, kas_hub: RealHub) -> KasProc:
+    kas_hub.add_agent(TOKEN, AGENT_ID, 7)
     return system.kas(use_redis=False, agent={"listen": {"max_message_size": 65536}})
 
 
@@ -228,7 +228,7 @@ async def test_agent_disconnect_drops_idle_tunnel_at_once(kas: KasProc) -> None:
 
 @pytest.mark.parametrize("metadata", [_bearer("no-such-token"), ()], ids=["unknown_token", "no_token"])
 async def test_agent_rpcs_authenticate_before_decoding_the_request(
-    system: System, hub_stub: HubStub, metadata: tuple[tuple[str, str], ...]
+    system: System, kas_hub: RealHub, metadata: tuple[tuple[str, str], ...]
 ) -> None:
     """Issue 9 item 7: a 9 MiB body that is not even a ConfigurationRequest is refused for its token, undecoded."""
     kas = system.kas(use_redis=False)
@@ -242,9 +242,9 @@ async def test_agent_rpcs_authenticate_before_decoding_the_request(
     assert_no_leaks(kas)
 
 
-async def test_tunnels_are_capped_per_connection_and_per_agent(system: System, hub_stub: HubStub) -> None:
+async def test_tunnels_are_capped_per_connection_and_per_agent(system: System, kas_hub: RealHub) -> None:
     """Issue 9 item 7: one token held 2,480 tunnels; extra tunnels are refused with RESOURCE_EXHAUSTED."""
-    hub_stub.add_agent(TOKEN, AGENT_ID, 7)
+    kas_hub.add_agent(TOKEN, AGENT_ID, 7)
     limits = {"max_tunnels_per_connection": 3, "max_tunnels_per_agent": 5}
     kas = system.kas(use_redis=False, agent={"listen": limits})
 
