@@ -46,9 +46,9 @@ from tether.devenv import pki
 from tether.devenv.cluster import LocalCluster
 from tether.kube.client import KubeClient
 from tether.kube.kubeconfig import load_credentials
-from tether.modules.graph.agent import WATCH_GRAPH_FULL_METHOD, WATCH_GRAPH_SERVICE, GraphServicer
-from tether.modules.graph.request import decode_request
-from tether.modules.graph.wire import request_to_proto, response_to_json
+from tether.modules.graph.agent.servicer import WATCH_GRAPH_FULL_METHOD, WATCH_GRAPH_SERVICE, GraphServicer
+from tether.modules.graph.engine.request import decode_request
+from tether.modules.graph.rpc.wire import request_to_proto, response_to_json
 from tether.pb.gitlab.agent.graph.rpc import rpc_pb2
 
 RESULTS = Path(__file__).parent / "results" / "graph.json"

@@ -1,71 +1,68 @@
-"""The ``tether`` command line: one console script with a sub-command per process and tool."""
+"""The ``tether`` command line: one console script with a sub-command per process and tool.
+
+Sub-commands are imported on first use, so ``tether agentk`` loads agentk and nothing else (no hub, no
+development environment). Commands whose dependencies come with an optional extra say which one to
+install when it is missing.
+"""
 
 from __future__ import annotations
 
-import os
+import importlib
 import sys
-from pathlib import Path
 
 import click
 
 from tether import __version__
-from tether.agentk.command import agentk_command
-from tether.devenv.assets import AssetsMissing
-from tether.devenv.build import BuildError
-from tether.devenv.commands import console, dev
-from tether.devenv.process import EnvironmentProblem
-from tether.hub.command import hub
-from tether.kas.command import kas_command
-from tether.modules.graph.command import graph_command
-from tether.up import UpOptions, run_up
+
+#: Command name -> (module, attribute, the extra that brings its dependencies or None).
+COMMANDS: dict[str, tuple[str, str, str | None]] = {
+    "kas": ("tether.kas.command", "kas_command", None),
+    "agentk": ("tether.agentk.command", "agentk_command", None),
+    "hub": ("tether.hub.command", "hub", "hub"),
+    "graph": ("tether.modules.graph.client.command", "graph_command", "client"),
+    "up": ("tether.devenv.up", "up", "devenv"),
+    "dev": ("tether.devenv.commands", "dev", "devenv"),
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module, attribute, extra = COMMANDS[cmd_name]
+        try:
+            command = getattr(importlib.import_module(module), attribute)
+        except ModuleNotFoundError as exc:
+            if extra is None or (exc.name or "").startswith("tether"):
+                raise
+            return _missing_extra(cmd_name, extra, exc.name or "?")
+        assert isinstance(command, click.Command)
+        return command
+
+
+def _missing_extra(cmd_name: str, extra: str, missing: str) -> click.Command:
+    """A stand-in for a command whose optional dependencies are not installed: it says what to install."""
+    install = f"pip install 'tether[{extra}]'"
+
+    def fail() -> None:
+        raise click.ClickException(f"`tether {cmd_name}` needs the optional dependency {missing!r}: {install}")
+
+    return click.Command(
+        cmd_name,
+        callback=fail,
+        short_help=f"(not installed: {install})",
+        add_help_option=False,
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    )
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="tether")
 def cli() -> None:
     """Tether: kas, agentk and the hub, an agent system for Kubernetes wire-compatible with GitLab's agent."""
-
-
-@cli.command()
-@click.option("--replicas", default=1, show_default=True, help="Number of kas replicas (2+ needs --redis).")
-@click.option(
-    "--redis", "redis_url", default=None, help="Redis URL shared by the kas replicas, e.g. redis://127.0.0.1:6379/0."
-)
-@click.option(
-    "--state-dir",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Where the hub database, secrets, configs and logs live (default: ~/.local/share/tether/up).",
-)
-def up(replicas: int, redis_url: str | None, state_dir: Path | None) -> None:
-    """Run the whole system on embedded defaults; Ctrl-C stops everything.
-
-    Starts the local Kubernetes cluster (unless KUBECONFIG names one; the binaries are built once per
-    machine), the hub on SQLite, kas and agentk, registers a demo project and agent, then prints a
-    kubeconfig whose server is kas' Kubernetes API proxy.
-    """
-    kubeconfig = os.environ.get("KUBECONFIG")
-    options = UpOptions(
-        state_dir=state_dir or Path("~/.local/share/tether/up").expanduser(),
-        replicas=replicas,
-        redis_url=redis_url,
-        kubeconfig=Path(kubeconfig) if kubeconfig else None,
-    )
-
-    def show(lines: dict[str, str]) -> None:
-        click.echo()
-        for label, value in lines.items():
-            click.echo(f"{label + ':':28s} {value}")
-        click.echo("\nPress Ctrl-C to stop.")
-
-    run_up(options, lambda line: console.print(f"[dim]{line}[/dim]"), show)
-
-
-cli.add_command(dev)
-cli.add_command(kas_command)
-cli.add_command(agentk_command)
-cli.add_command(hub)
-cli.add_command(graph_command)
 
 
 def main() -> None:
@@ -77,6 +74,12 @@ def main() -> None:
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
-    except (EnvironmentProblem, AssetsMissing, BuildError) as exc:
-        console.print(f"[bold red]error:[/bold red] {exc}", markup=True)
+    except Exception as exc:
+        # Set-up problems can only come from the development environment, so it is only consulted once loaded.
+        if "tether.devenv" not in sys.modules:
+            raise
+        from tether.devenv.commands import report_setup_problem  # noqa: PLC0415 (loaded only with devenv)
+
+        if not report_setup_problem(exc):
+            raise
         sys.exit(1)

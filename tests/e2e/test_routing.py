@@ -17,9 +17,9 @@ from tether.agentk.embedded import EmbeddedAgent
 from tether.devenv.cluster import ClusterInfo
 from tether.devenv.redis_server import RedisServer
 from tether.hub.kas_client import KasApiClient
-from tether.modules.routing.router import NOT_FOUND_MESSAGE
 from tether.pb.gitlab.agent.pods.rpc import rpc_pb2 as pods_pb2
 from tether.pb.gitlab.agent.pods.rpc import rpc_pb2_grpc as pods_grpc
+from tether.tunnel.server.router import NOT_FOUND_MESSAGE
 
 pytestmark = [pytest.mark.k8s, pytest.mark.redis]
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tether.kube.client import KubeClient
-from tether.modules.graph.engine import EngineOptions, GraphEngine
-from tether.modules.graph.request import parse_request
-from tether.modules.graph.wire import response_to_json, response_to_proto
+from tether.modules.graph.engine.engine import EngineOptions, GraphEngine
+from tether.modules.graph.engine.request import parse_request
+from tether.modules.graph.rpc.wire import response_to_json, response_to_proto
 
 VKey = tuple[str, str, str, str, str]
 ArcK = tuple[VKey, VKey, str]

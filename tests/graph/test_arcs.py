@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from tether.kube.discovery import ApiResource
-from tether.modules.graph.arcs import ExtractionError, extract
-from tether.modules.graph.model import ATTR_BLOCK_OWNER_DELETION, ATTR_CONTROLLER, VertexId
-from tether.modules.graph.request import parse_request
-from tether.modules.graph.selection import Selection, select_resources
+from tether.modules.graph.engine.arcs import ExtractionError, extract
+from tether.modules.graph.engine.model import ATTR_BLOCK_OWNER_DELETION, ATTR_CONTROLLER, VertexId
+from tether.modules.graph.engine.request import parse_request
+from tether.modules.graph.engine.selection import Selection, select_resources
 
 V = frozenset({"list", "watch"})
 RESOURCES = [

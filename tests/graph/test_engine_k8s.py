@@ -16,7 +16,7 @@ import pytest
 from tests.fixtures.k8s import Kubectl
 from tests.graph.harness import EngineSession, GraphModel, exclude, include
 from tether.kube.client import KubeClient
-from tether.modules.graph.engine import EngineOptions
+from tether.modules.graph.engine.engine import EngineOptions
 
 pytestmark = pytest.mark.k8s
 

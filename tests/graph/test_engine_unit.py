@@ -10,11 +10,11 @@ import pytest
 from tether.kube.client import KubeClient
 from tether.kube.discovery import ApiResource
 from tether.kube.kubeconfig import KubeCredentials
-from tether.modules.graph import engine as engine_module
-from tether.modules.graph.engine import GraphEngine, _Informer
-from tether.modules.graph.model import SetVertex
-from tether.modules.graph.request import parse_request
-from tether.modules.graph.selection import select_resources
+from tether.modules.graph.engine import engine as engine_module
+from tether.modules.graph.engine.engine import GraphEngine, _Informer
+from tether.modules.graph.engine.model import SetVertex
+from tether.modules.graph.engine.request import parse_request
+from tether.modules.graph.engine.selection import select_resources
 
 V = frozenset({"list", "watch"})
 RESOURCES = [

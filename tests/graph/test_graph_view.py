@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from tests.graph.harness import GraphModel
 from tether.kube.selectors import parse_label_selector
-from tether.modules.graph.graph import Graph, Node
-from tether.modules.graph.model import (
+from tether.modules.graph.engine.graph import Graph, Node
+from tether.modules.graph.engine.model import (
     ATTR_CONTROLLER,
     ATTR_DESTINATION_MISSING,
     DeleteArc,
@@ -20,9 +20,9 @@ from tether.modules.graph.model import (
     SetVertex,
     VertexId,
 )
-from tether.modules.graph.view import ClientView
-from tether.modules.graph.visibility import reachable
-from tether.modules.graph.wire import batch_to_json
+from tether.modules.graph.engine.view import ClientView
+from tether.modules.graph.engine.visibility import reachable
+from tether.modules.graph.rpc.wire import batch_to_json
 
 
 def v(resource: str, name: str, namespace: str = "ns") -> VertexId:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tether.modules.graph.request import (
+from tether.modules.graph.engine.request import (
     NamespaceMode,
     RequestError,
     compile_request,
@@ -17,7 +17,7 @@ from tether.modules.graph.request import (
     encode_request,
     parse_request,
 )
-from tether.modules.graph.wire import request_from_proto, request_to_proto
+from tether.modules.graph.rpc.wire import request_from_proto, request_to_proto
 from tether.pb.gitlab.agent.graph.rpc import rpc_pb2
 
 OK_QUERY = {"include": {"resource_selector_expression": "group == 'apps'"}}

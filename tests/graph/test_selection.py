@@ -7,9 +7,14 @@ import json
 import pytest
 
 from tether.kube.discovery import ApiResource
-from tether.modules.graph.cel import CelCompileError, CelEvaluationError, compile_object_expression, object_variables
-from tether.modules.graph.request import parse_request
-from tether.modules.graph.selection import is_stable, natural_key, select_resources, select_version
+from tether.modules.graph.engine.cel import (
+    CelCompileError,
+    CelEvaluationError,
+    compile_object_expression,
+    object_variables,
+)
+from tether.modules.graph.engine.request import parse_request
+from tether.modules.graph.engine.selection import is_stable, natural_key, select_resources, select_version
 
 VERBS = frozenset({"get", "list", "watch"})
 

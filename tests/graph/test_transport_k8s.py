@@ -21,11 +21,11 @@ from grpc import aio
 
 from tests.fixtures.k8s import Kubectl
 from tests.graph.harness import GraphModel, include
-from tether.agentk.internal_server import InternalServer
 from tether.kube.client import KubeClient
-from tether.modules.graph.agent import WATCH_GRAPH_FULL_METHOD, GraphServicer
-from tether.modules.graph.engine import EngineOptions
-from tether.modules.graph.kas_ws import (
+from tether.modagent.internal_server import InternalServer
+from tether.modules.graph.agent.servicer import WATCH_GRAPH_FULL_METHOD, GraphServicer
+from tether.modules.graph.engine.engine import EngineOptions
+from tether.modules.graph.server.websocket import (
     GRAPH_SUBPROTOCOL,
     OpenWatchGraph,
     agent_supports_watch_graph,
@@ -33,10 +33,10 @@ from tether.modules.graph.kas_ws import (
     router_opener,
     serve_graph_websocket,
 )
-from tether.modules.routing.router import RoutingError
 from tether.pb.gitlab.agent.graph.rpc import rpc_pb2
 from tether.pb.gitlab.agent.kubernetes_api.rpc.rpc_pb2 import ImpersonationConfig
 from tether.pb.gitlab.agent.prototool.prototool_pb2 import Values
+from tether.tunnel.server.router import RoutingError
 
 pytestmark = pytest.mark.k8s
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tether.modules.graph.model import (
+from tether.modules.graph.engine.model import (
     ATTR_BLOCK_OWNER_DELETION,
     ATTR_CONTROLLER,
     ATTR_DESTINATION_MISSING,
@@ -17,7 +17,7 @@ from tether.modules.graph.model import (
     SetVertex,
     VertexId,
 )
-from tether.modules.graph.wire import batch_to_json, error_to_json, response_to_json, response_to_proto
+from tether.modules.graph.rpc.wire import batch_to_json, error_to_json, response_to_json, response_to_proto
 from tether.pb.gitlab.agent.graph.rpc import rpc_pb2
 
 POD = VertexId("", "v1", "pods", "myns", "pod1")

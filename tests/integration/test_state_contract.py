@@ -22,8 +22,7 @@ import tether.devenv.redis_server as redis_server_module
 from tests.support.polling import poll
 from tether.devenv.redis_server import RedisServer
 from tether.kas.instance_registry import KasInstanceRegistry
-from tether.modules.agent_tracker.tracker import AgentTracker
-from tether.modules.reverse_tunnel.tracker import TunnelTracker
+from tether.modserver.agent_tracker import AgentTracker
 from tether.pb.gitlab.agent.agent_tracker.agent_tracker_pb2 import ConnectedAgentInfo
 from tether.pb.gitlab.agent.event.event_pb2 import AgentConnected, AgentDisconnected, GitPushEvent, TunnelsAvailable
 from tether.pb.gitlab.agent.kas.instance_pb2 import KasInstanceInfo
@@ -32,6 +31,7 @@ from tether.tool.events import EventBus
 from tether.tool.expiring_hash import ExpiringHash, GcHook, HashBackend, run_every
 from tether.tool.memory_backend import MemoryBackend
 from tether.tool.redis_backend import RedisBackend
+from tether.tunnel.server.tracker import TunnelTracker
 
 pytestmark = pytest.mark.redis
 

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from tether.modules.reverse_tunnel import agent_pool
-from tether.modules.reverse_tunnel.agent_pool import ConnectionPool, PoolLimits, PoolStats, TunnelListener
+from tether.tunnel.agent import pool as agent_pool
+from tether.tunnel.agent.pool import ConnectionPool, PoolLimits, PoolStats, TunnelListener
 
 
 class FakeConnection:

@@ -20,16 +20,16 @@ from google.rpc import status_pb2
 
 from tests.fixtures.hub import RealHub
 from tether.devenv.process import free_port
-from tether.kas.config import KubernetesApiCF, KubernetesApiListenCF
-from tether.kas.gitlab_client import GitlabClient
 from tether.kube.kubeconfig import KubeCredentials
-from tether.modules.kubernetes_api.agent import AgentRequestError, KubernetesApiAgent
-from tether.modules.kubernetes_api.auth import ProxyUserAuthorizer
-from tether.modules.kubernetes_api.server import KubernetesApiProxy
-from tether.modules.routing.router import CallerSide, RoutingError
+from tether.modserver.config import KubernetesApiCF, KubernetesApiListenCF
+from tether.modserver.gitlab_client import GitlabClient
+from tether.modules.kubernetes_api.agent.forward import AgentRequestError, KubernetesApiAgent
+from tether.modules.kubernetes_api.server.auth import ProxyUserAuthorizer
+from tether.modules.kubernetes_api.server.proxy import KubernetesApiProxy
 from tether.pb.gitlab.agent.grpctool import grpctool_pb2
 from tether.pb.gitlab.agent.kubernetes_api.rpc import rpc_pb2
 from tether.pb.gitlab.agent.prototool import prototool_pb2
+from tether.tunnel.server.router import CallerSide, RoutingError
 
 API_AGENT, RAW_AGENT, ABSENT_AGENT = 901, 902, 903
 #: Served by the same stand-in API server as API_AGENT; configured with ``access_as: user`` (project 78).

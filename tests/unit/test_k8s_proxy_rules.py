@@ -10,9 +10,16 @@ import pytest
 import yaml
 from multidict import CIMultiDict, MultiDict
 
-from tether.kas.config import ConfigError, KasConfig, load_config
-from tether.kas.gitlab_client import GitlabClientError, ProxyUserAuthorization, RoleGrant, _proxy_user_authorization
-from tether.modules.kubernetes_api.auth import (
+from tether.modserver.config import ConfigError, KasConfig, load_config
+from tether.modserver.gitlab_client import (
+    GitlabClientError,
+    ProxyUserAuthorization,
+    RoleGrant,
+    _proxy_user_authorization,
+)
+from tether.modules.kubernetes_api.rpc.headers import canonical_key, clean_headers, is_upgrade
+from tether.modules.kubernetes_api.rpc.impersonation import carries_impersonation, impersonation_headers
+from tether.modules.kubernetes_api.server.auth import (
     _CACHE_SIZE,
     PAT_ACCESS,
     SESSION_ACCESS,
@@ -21,11 +28,9 @@ from tether.modules.kubernetes_api.auth import (
     credentials_from,
     impersonation_for,
 )
-from tether.modules.kubernetes_api.cors import cors_headers, is_preflight, preflight_response
-from tether.modules.kubernetes_api.headers import canonical_key, clean_headers, is_upgrade
-from tether.modules.kubernetes_api.impersonation import carries_impersonation, impersonation_headers
-from tether.modules.kubernetes_api.status import ProxyError, status_body
-from tether.modules.routing.metadata import ROUTING_AGENT_ID_KEY, RoutingMetadataError, routing_agent_id
+from tether.modules.kubernetes_api.server.cors import cors_headers, is_preflight, preflight_response
+from tether.modules.kubernetes_api.server.status import ProxyError, status_body
+from tether.tunnel.server.metadata import ROUTING_AGENT_ID_KEY, RoutingMetadataError, routing_agent_id
 
 
 def creds(headers: dict[str, str] | list[tuple[str, str]], query: str = "", cookies: dict[str, str] | None = None):  # type: ignore[no-untyped-def]

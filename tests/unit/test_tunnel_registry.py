@@ -8,9 +8,9 @@ from typing import Any
 import grpc
 import pytest
 
-from tether.modules.reverse_tunnel.registry import RegistryStopped, TunnelRegistry
-from tether.modules.reverse_tunnel.tunnel import Tunnel, TunnelState
 from tether.pb.gitlab.agent.reverse_tunnel.info import info_pb2
+from tether.tunnel.server.registry import RegistryStopped, TunnelRegistry
+from tether.tunnel.server.tunnel import Tunnel, TunnelState
 
 SERVICE, METHOD = "gitlab.agent.pods.rpc.Pods", "GetPods"
 

@@ -1,4 +1,4 @@
-"""The agentk process: wires the internal server, modules, kas connection and observability together.
+"""The agentk process: the internal server, the modules of ``AGENT_MODULES``, the kas connection, observability.
 
 Start order follows upstream (kas.md §6.4): internal gRPC server with the module APIs -> reverse tunnel
 pool ("after servers": the descriptor lists every registered API) -> configuration watcher. Shutdown runs
@@ -13,7 +13,7 @@ import functools
 import logging
 import signal
 import sys
-from collections.abc import MutableMapping
+from collections.abc import MutableMapping, Sequence
 from typing import Any
 
 import grpc
@@ -24,19 +24,17 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, gen
 
 from tether import __version__
 from tether.agentk.config import AgentkConfig
-from tether.agentk.internal_server import InternalServer
+from tether.agentk.modules import AGENT_MODULES
 from tether.kube.client import KubeClient, KubeError, ServerVersion
 from tether.kube.kubeconfig import load_credentials
-from tether.modules.agent_configuration.agent_watcher import ConfigurationWatcher, build_agent_meta
-from tether.modules.graph.agent import GraphServicer
-from tether.modules.kubernetes_api.agent import SERVICE as KUBERNETES_API_SERVICE
-from tether.modules.kubernetes_api.agent import KubernetesApiAgent
-from tether.modules.pods.agent import PodsServicer
-from tether.modules.reverse_tunnel.agent_connection import ConnectedTunnels, TunnelConnection
-from tether.modules.reverse_tunnel.agent_pool import ConnectionPool, PooledConnection, TunnelListener
+from tether.modagent.api import AgentApi, AgentModuleFactory
+from tether.modagent.internal_server import InternalServer
+from tether.modshared.supervisor import ModuleSupervisor
+from tether.modules.agent_configuration.agent import ConfigurationWatcher, build_agent_meta
 from tether.pb.gitlab.agent.agentcfg import agentcfg_pb2
-from tether.pb.gitlab.agent.pods.rpc import rpc_pb2_grpc as pods_grpc
 from tether.tool.http_server import SafeAppRunner
+from tether.tunnel.agent.connection import ConnectedTunnels, TunnelConnection
+from tether.tunnel.agent.pool import ConnectionPool, PooledConnection, TunnelListener
 
 __all__ = ["AgentkApp", "configure_logging"]
 
@@ -90,10 +88,13 @@ class AgentkApp:
 
     Args:
         config: parsed flags and environment (``tether.agentk.config``).
+        modules: module factories in start order (default: :data:`tether.agentk.modules.AGENT_MODULES`).
     """
 
-    def __init__(self, config: AgentkConfig) -> None:
+    def __init__(self, config: AgentkConfig, modules: Sequence[AgentModuleFactory] | None = None) -> None:
         self._config = config
+        self._factories = AGENT_MODULES if modules is None else modules
+        self._api: AgentApi | None = None
         self._connected = ConnectedTunnels()
         self._watcher: ConfigurationWatcher | None = None
         self._pool: ConnectionPool | None = None
@@ -123,22 +124,23 @@ class AgentkApp:
         config = self._config
         credentials = load_credentials(config.kubeconfig)
         kube = KubeClient(credentials)
-        kubernetes_api = KubernetesApiAgent(credentials)
         message_limits = [
             ("grpc.max_receive_message_length", config.max_receive_message_bytes),
             ("grpc.max_send_message_length", config.max_send_message_bytes),
         ]
         internal = InternalServer(options=message_limits)
-        internal.add_servicer(pods_grpc.add_PodsServicer_to_server, PodsServicer(kube))
-        internal.add_generic_handler(KUBERNETES_API_SERVICE, kubernetes_api.handlers())
-        GraphServicer(kube).register(internal)  # KubernetesApi/WatchGraph: the Graph API (issue 6)
+        supervisor = ModuleSupervisor("agentk")
+        self._api = AgentApi(kube, credentials, internal, supervisor.spawn)
+        modules = [m for m in (factory.new(self._api) for factory in self._factories) if m is not None]
         async with contextlib.AsyncExitStack() as stack:
             stack.push_async_callback(kube.close)
-            stack.push_async_callback(kubernetes_api.close)
+            stack.push_async_callback(supervisor.cancel_loops)
+            stack.push_async_callback(supervisor.stop_modules)
             await internal.start()
             stack.push_async_callback(internal.stop, 1.0)
             descriptor = internal.descriptor()
             _log.info("internal_server_started", services=[s.name for s in descriptor.services])
+            await supervisor.start(modules)
 
             kas_channel = self._kas_channel()
             stack.push_async_callback(kas_channel.close)
@@ -167,8 +169,11 @@ class AgentkApp:
         _log.info("agentk_stopped")
 
     def _on_configuration(self, configuration: agentcfg_pb2.AgentConfiguration) -> None:
-        # Modules that consume the configuration subscribe here as they are added (kas.md §6.3 "Apply").
+        # kas.md §6.3 "Apply": every module that subscribed sees each new configuration.
         _log_context.fields["agent_id"] = configuration.agent_id
+        if self._api is not None:
+            for callback in self._api.configuration_callbacks:
+                callback(configuration)
 
     def _kas_channel(self) -> aio.Channel:
         config = self._config

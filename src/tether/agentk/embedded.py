@@ -14,9 +14,9 @@ from typing import Any
 import grpc
 from grpc import aio
 
-from tether.agentk.internal_server import InternalServer
-from tether.modules.reverse_tunnel.agent_connection import ConnectedTunnels, TunnelConnection
-from tether.modules.reverse_tunnel.agent_pool import ConnectionPool, PoolLimits, TunnelListener
+from tether.modagent.internal_server import InternalServer
+from tether.tunnel.agent.connection import ConnectedTunnels, TunnelConnection
+from tether.tunnel.agent.pool import ConnectionPool, PoolLimits, TunnelListener
 
 
 class _FirstTunnel(ConnectedTunnels):

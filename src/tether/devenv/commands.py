@@ -10,11 +10,20 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from tether.devenv.assets import cache_problem, cache_root
-from tether.devenv.build import build
+from tether.devenv.assets import AssetsMissing, cache_problem, cache_root
+from tether.devenv.build import BuildError, build
 from tether.devenv.cluster import ClusterInfo, LocalCluster, ensure_not_running, stop_recorded
+from tether.devenv.process import EnvironmentProblem
 
 console = Console(stderr=True, highlight=False)
+
+
+def report_setup_problem(exc: BaseException) -> bool:
+    """Print a set-up problem (no Go, port in use, stale cache...) as one paragraph; False for other errors."""
+    if not isinstance(exc, (EnvironmentProblem, AssetsMissing, BuildError)):
+        return False
+    console.print(f"[bold red]error:[/bold red] {exc}", markup=True)
+    return True
 
 
 def default_cluster_dir() -> Path:

@@ -1,4 +1,4 @@
-"""The kas process: builds every module from the configuration, runs the listeners, shuts down cleanly.
+"""The kas process: builds the shared services and listeners, runs the modules of ``SERVER_MODULES``.
 
 Listeners (kas.md §0.1): agent gRPC (agentk), api gRPC (the hub; JWT ``iss=gitlab``, ``aud=gitlab-kas``),
 private api gRPC (other kas only; JWT ``iss=aud=gitlab-kas`` with a kas-only secret), observability
@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import grpc
@@ -23,39 +24,33 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from prometheus_client import CollectorRegistry
 
 from tether import __version__
-from tether.kas.agent_auth import AgentAuthenticator, AgentAuthInterceptor
-from tether.kas.config import KasConfig, ListenCF
-from tether.kas.gitlab_client import GitlabClient
 from tether.kas.instance_registry import KasInstanceRegistry
+from tether.kas.modules import SERVER_MODULES
 from tether.kas.observability import GaugeCollector, ObservabilityServer
 from tether.kas.token_revocation import AgentTokensServicer, subscribe_revocations
-from tether.modules.agent_configuration.kas_server import AgentConfigurationServicer
-from tether.modules.agent_tracker.api import AgentTrackerServicer
-from tether.modules.agent_tracker.tracker import AgentTracker
-from tether.modules.kubernetes_api.auth import ProxyUserAuthorizer
-from tether.modules.kubernetes_api.server import KubernetesApiProxy
-from tether.modules.pods.kas import ROUTED_METHODS as POD_METHODS
-from tether.modules.reverse_tunnel.kas_server import ReverseTunnelServicer
-from tether.modules.reverse_tunnel.registry import TunnelRegistry
-from tether.modules.reverse_tunnel.tracker import TunnelTracker
-from tether.modules.routing.gateway import Gateway
-from tether.modules.routing.grpc_handlers import PrivateApiHandler, RoutedApiHandler
-from tether.modules.routing.kas_pool import KasPool
-from tether.modules.routing.notifier import TunnelNotifier
-from tether.modules.routing.router import Router, RoutingOptions
-from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2_grpc as config_grpc
+from tether.modserver.agent_auth import AgentAuthenticator, AgentAuthInterceptor
+from tether.modserver.agent_tracker import AgentTracker
+from tether.modserver.api import ServerApi, ServerModuleFactory
+from tether.modserver.config import KasConfig, ListenCF
+from tether.modserver.gitlab_client import GitlabClient
+from tether.modshared.module import Module, ModuleStartError
+from tether.modshared.supervisor import ModuleSupervisor
 from tether.pb.gitlab.agent.agent_tokens.rpc import rpc_pb2_grpc as tokens_grpc
-from tether.pb.gitlab.agent.agent_tracker.rpc import rpc_pb2_grpc as tracker_grpc
 from tether.pb.gitlab.agent.event.event_pb2 import TunnelsAvailable
 from tether.pb.gitlab.agent.kas.instance_pb2 import KasInstanceInfo
-from tether.pb.gitlab.agent.reverse_tunnel.rpc import rpc_pb2_grpc as tunnel_grpc
 from tether.tool.events import EventBus
 from tether.tool.expiring_hash import HashBackend
 from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_GITLAB, ISSUER_KAS, JwtServerInterceptor, JwtVerifier
 from tether.tool.memory_backend import MemoryBackend
 from tether.tool.rate_limit import RateLimiter
-from tether.tool.redis_backend import RedisBackend
 from tether.tool.secrets import SecretError, load_base64_secret
+from tether.tunnel.server.gateway import Gateway
+from tether.tunnel.server.grpc_handlers import PrivateApiHandler, RoutedApiHandler
+from tether.tunnel.server.kas_pool import KasPool
+from tether.tunnel.server.notifier import TunnelNotifier
+from tether.tunnel.server.registry import TunnelRegistry
+from tether.tunnel.server.router import Router, RoutingOptions
+from tether.tunnel.server.tracker import TunnelTracker
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +85,8 @@ def _redis_backend(config: KasConfig) -> HashBackend:
     url = _redis_url(config)
     if url is None or config.redis is None:
         return MemoryBackend()
+    from tether.tool.redis_backend import RedisBackend  # noqa: PLC0415 (redis-py only when configured)
+
     return RedisBackend.from_url(
         url, dial_timeout_s=config.redis.dial_timeout, write_timeout_s=config.redis.write_timeout
     )
@@ -106,10 +103,8 @@ def _redis_url(config: KasConfig) -> str | None:
     elif cfg.username:
         auth = f"{cfg.username}@"
     if cfg.network == "unix":
-        url = f"unix://{auth}{cfg.server.address}?db={cfg.database_index}"
-    else:
-        url = f"redis://{auth}{cfg.server.address}/{cfg.database_index}"
-    return url
+        return f"unix://{auth}{cfg.server.address}?db={cfg.database_index}"
+    return f"redis://{auth}{cfg.server.address}/{cfg.database_index}"
 
 
 def _server_options(max_message_size: int, max_connection_age_s: float) -> list[tuple[str, Any]]:
@@ -144,18 +139,24 @@ def _bind(server: grpc.aio.Server, listen: ListenCF, name: str) -> int:
 
 
 class KasApp:
-    """One kas instance.
+    """One kas instance: the shared services, the listeners, and the modules of :data:`SERVER_MODULES`.
 
     Args:
         config: the validated configuration.
         commit: build identifier reported in ``KasInstanceInfo``.
+        modules: module factories in start order (default: :data:`tether.kas.modules.SERVER_MODULES`).
+
+    Raises:
+        KasStartError: a secret is unusable, or a module cannot be built.
     """
 
-    def __init__(self, config: KasConfig, commit: str = "") -> None:
+    def __init__(
+        self, config: KasConfig, commit: str = "", modules: Sequence[ServerModuleFactory] | None = None
+    ) -> None:
         self.config = config
         self.stopping = asyncio.Event()
         self._listening = False
-        self._tasks: list[asyncio.Task[Any]] = []
+        self.supervisor = ModuleSupervisor("kas")
         try:
             gitlab_secret = load_base64_secret(config.gitlab.authentication_secret_file, exact_length=32)
             api_secret = load_base64_secret(config.api.listen.authentication_secret_file)
@@ -214,16 +215,6 @@ class KasApp:
             agent.info_cache_error_ttl,
         )
         subscribe_revocations(self.events, self.auth)
-        self.kubernetes_api: KubernetesApiProxy | None = None
-        if agent.kubernetes_api is not None:
-            proxy = agent.kubernetes_api
-            self.kubernetes_api = KubernetesApiProxy(
-                proxy,
-                self.router,
-                ProxyUserAuthorizer(self.gitlab, proxy.allowed_agent_cache_ttl, proxy.allowed_agent_cache_error_ttl),
-                config.gitlab.external_url,
-                self.rate_limiter,
-            )
         self._connected_agents = 0.0
         self.metrics = CollectorRegistry()
         self.metrics.register(
@@ -244,58 +235,56 @@ class KasApp:
         self.observability = ObservabilityServer(
             config.observability, [self._ready_probe, self._backend_probe], self.metrics
         )
-        self.agent_server = self._agent_server()
-        self.api_server = self._api_server(api_secret)
-        self.private_server = self._private_server(private_secret)
-        self.ports: dict[str, int] = {}
+        self.agent_server = self._server(
+            agent.listen.max_connection_age,
+            AgentAuthInterceptor(self.auth, self.rate_limiter, agent.listen.connections_per_token_per_minute),
+        )
+        self.api_server = self._server(
+            config.api.listen.max_connection_age,
+            JwtServerInterceptor(JwtVerifier(api_secret, AUDIENCE_KAS, ISSUER_GITLAB)),
+        )
+        tokens_grpc.add_AgentTokensServicer_to_server(AgentTokensServicer(self.events), self.api_server)
+        self.private_server = self._server(
+            config.private_api.listen.max_connection_age,
+            JwtServerInterceptor(JwtVerifier(private_secret, AUDIENCE_KAS, ISSUER_KAS)),
+        )
+        self.api = ServerApi(
+            config=config,
+            gitlab=self.gitlab,
+            auth=self.auth,
+            events=self.events,
+            backend=self.backend,
+            router=self.router,
+            tunnels=self.registry,
+            agent_tracker=self.agent_tracker,
+            metrics=self.metrics,
+            agent_server=self.agent_server,
+            api_server=self.api_server,
+            private_server=self.private_server,
+            stopping=self.stopping,
+            spawn=self.supervisor.spawn,
+            rate_limiter=self.rate_limiter,
+        )
+        self.modules: list[Module] = []
+        for factory in SERVER_MODULES if modules is None else modules:
+            module = factory.new(self.api)
+            if module is not None:
+                self.modules.append(module)
+        # Listeners' own handlers come after the modules' services.
+        self.api_server.add_generic_rpc_handlers([RoutedApiHandler(self.router, self.api.routed_methods)])
+        self.private_server.add_generic_rpc_handlers([PrivateApiHandler(self.gateway)])
 
-    def _agent_server(self) -> grpc.aio.Server:
-        listen = self.config.agent.listen
-        server = grpc.aio.server(
-            options=_server_options(listen.max_message_size, listen.max_connection_age),
-            interceptors=[AgentAuthInterceptor(self.auth, self.rate_limiter, listen.connections_per_token_per_minute)],
-        )
-        # Long polls (idle tunnels, config streams) end at 30 % of the max age, just after GOAWAY (kas.md §8.3).
-        rpc_age_s = listen.max_connection_age * 0.3
-        tunnel_grpc.add_ReverseTunnelServicer_to_server(
-            ReverseTunnelServicer(
-                self.registry, self.auth, rpc_age_s, listen.max_tunnels_per_agent, listen.max_tunnels_per_connection
-            ),
-            server,
-        )
-        config_grpc.add_AgentConfigurationServicer_to_server(
-            AgentConfigurationServicer(
-                self.auth,
-                self.gitlab,
-                self.agent_tracker,
-                self.config.agent.configuration.poll_period,
-                rpc_age_s,
-                self.config.gitlab.external_url or self.config.gitlab.address,
-                self.stopping,
-            ),
-            server,
-        )
-        return server
+    @property
+    def ports(self) -> dict[str, int]:
+        """Listener name -> bound TCP port, once started."""
+        return self.api.ports
 
-    def _api_server(self, secret: bytes) -> grpc.aio.Server:
-        listen = self.config.api.listen
-        server = grpc.aio.server(
-            options=_server_options(self.config.agent.listen.max_message_size, listen.max_connection_age),
-            interceptors=[JwtServerInterceptor(JwtVerifier(secret, AUDIENCE_KAS, ISSUER_GITLAB))],
+    def _server(self, max_connection_age_s: float, interceptor: grpc.aio.ServerInterceptor) -> grpc.aio.Server:
+        # Every listener checks its callers before any request is decoded (agent token or JWT).
+        return grpc.aio.server(
+            options=_server_options(self.config.agent.listen.max_message_size, max_connection_age_s),
+            interceptors=[interceptor],
         )
-        tracker_grpc.add_AgentTrackerServicer_to_server(AgentTrackerServicer(self.agent_tracker), server)
-        tokens_grpc.add_AgentTokensServicer_to_server(AgentTokensServicer(self.events), server)
-        server.add_generic_rpc_handlers([RoutedApiHandler(self.router, POD_METHODS)])
-        return server
-
-    def _private_server(self, secret: bytes) -> grpc.aio.Server:
-        listen = self.config.private_api.listen
-        server = grpc.aio.server(
-            options=_server_options(self.config.agent.listen.max_message_size, listen.max_connection_age),
-            interceptors=[JwtServerInterceptor(JwtVerifier(secret, AUDIENCE_KAS, ISSUER_KAS))],
-        )
-        server.add_generic_rpc_handlers([PrivateApiHandler(self.gateway)])
-        return server
 
     async def _ready_probe(self) -> str | None:
         if self.stopping.is_set():
@@ -307,34 +296,32 @@ class KasApp:
         return None
 
     async def start(self) -> None:
-        """Bind every listener and start background loops.
+        """Bind every listener, start the modules in order and the background loops.
 
         Raises:
-            KasStartError: a listener cannot bind.
+            KasStartError: a listener cannot bind or a module cannot start.
         """
         await self.observability.start()
-        self.ports = {
-            "agent": _bind(self.agent_server, self.config.agent.listen, "agent"),
-            "api": _bind(self.api_server, self.config.api.listen, "api"),
-            "private_api": _bind(self.private_server, self.config.private_api.listen, "private_api"),
-        }
-        if self.kubernetes_api is not None and self.config.agent.kubernetes_api is not None:
-            address = self.config.agent.kubernetes_api.listen.address
-            try:
-                self.ports["kubernetes_api"] = await self.kubernetes_api.start()
-            except (OSError, ValueError) as exc:
-                raise KasStartError(f"kubernetes_api listener cannot listen on {address}: {exc}") from exc
+        self.ports.update(
+            {
+                "agent": _bind(self.agent_server, self.config.agent.listen, "agent"),
+                "api": _bind(self.api_server, self.config.api.listen, "api"),
+                "private_api": _bind(self.private_server, self.config.private_api.listen, "private_api"),
+            }
+        )
+        try:
+            await self.supervisor.start(self.modules)
+        except ModuleStartError as exc:
+            raise KasStartError(str(exc)) from exc
         for server in (self.agent_server, self.api_server, self.private_server):
             await server.start()
-        loop = asyncio.get_running_loop()
-        self._tasks = [
-            loop.create_task(self.events.run()),
-            loop.create_task(self.tunnel_tracker.run()),
-            loop.create_task(self.agent_tracker.run()),
-            loop.create_task(self.instances.run()),
-            loop.create_task(self._count_agents()),
-            loop.create_task(self._rebuild_after_reconnect()),
-        ]
+        spawn = self.supervisor.spawn
+        spawn("events", self.events.run())
+        spawn("tunnel_tracker", self.tunnel_tracker.run())
+        spawn("agent_tracker", self.agent_tracker.run())
+        spawn("kas_instances", self.instances.run())
+        spawn("count_agents", self._count_agents())
+        spawn("rebuild_after_reconnect", self._rebuild_after_reconnect())
         with contextlib.suppress(Exception):
             await self.instances.register(self.instance_info)
         self._listening = True
@@ -361,22 +348,16 @@ class KasApp:
                 self._connected_agents = float(await asyncio.wait_for(self.agent_tracker.connected_agent_count(), 1.0))
             await asyncio.sleep(5.0)
 
-    async def _stop_kubernetes_api(self) -> None:
-        proxy_config = self.config.agent.kubernetes_api
-        if self.kubernetes_api is None or proxy_config is None:
-            return
-        await asyncio.sleep(proxy_config.listen.listen_grace_period)
-        await self.kubernetes_api.stop()
-
     async def stop(self) -> None:
         """Shut down as described in the module docstring; safe to call twice."""
         if self.stopping.is_set():
             return
         self.stopping.set()
         began = time.monotonic()
-        # The proxy's in-flight requests (watches, upgrades) run through the routing below, so its own
-        # grace periods run alongside, and it is stopped before routing's connections close.
-        proxy_stopped = asyncio.ensure_future(self._stop_kubernetes_api())
+        # Modules with listeners of their own (the Kubernetes API proxy) relay in-flight requests (watches,
+        # upgrades) through the routing below, so their grace periods run alongside, and they are stopped
+        # before routing's connections close.
+        modules_stopped = asyncio.ensure_future(self.supervisor.stop_modules())
         await asyncio.sleep(self.config.agent.listen.listen_grace_period)
         await self.registry.stop()
         grace = self.config.routing.shutdown_grace_period
@@ -387,10 +368,8 @@ class KasApp:
             self.tunnel_tracker.clear(), self.agent_tracker.clear(), self.instances.clear(), return_exceptions=True
         )
         await stopping_servers
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await proxy_stopped
+        await self.supervisor.cancel_loops()
+        await modules_stopped
         await self.pool.close()
         await self.gitlab.close()
         await self.observability.stop()

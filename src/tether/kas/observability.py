@@ -13,7 +13,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from tether.kas.config import ObservabilityCF
+from tether.modserver.config import ObservabilityCF
 from tether.tool.http_server import SafeAppRunner
 
 #: A readiness probe returns None when healthy, else a short reason.

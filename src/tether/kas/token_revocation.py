@@ -13,7 +13,7 @@ from typing import Any
 
 import grpc
 
-from tether.kas.agent_auth import AgentAuthenticator
+from tether.modserver.agent_auth import AgentAuthenticator
 from tether.pb.gitlab.agent.agent_tokens.rpc import rpc_pb2, rpc_pb2_grpc
 from tether.pb.gitlab.agent.event.event_pb2 import AgentTokenRevoked
 from tether.tool.events import EventBus

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 
 from limits import RateLimitItem, RateLimitItemPerMinute
-from limits.aio.storage import MemoryStorage, RedisStorage, Storage
+from limits.aio.storage import MemoryStorage, Storage
 from limits.aio.strategies import SlidingWindowCounterRateLimiter
 from prometheus_client import Counter
 
@@ -46,6 +46,8 @@ class RateLimiter:
         if redis_url is None:
             self._storage = MemoryStorage()
         else:
+            from limits.aio.storage import RedisStorage  # noqa: PLC0415 (redis-py only when configured)
+
             scheme, _, rest = redis_url.partition("://")
             uri = f"async+redis+unix://{rest}" if scheme == "unix" else f"async+{redis_url}"
             self._storage = RedisStorage(

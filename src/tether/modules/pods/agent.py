@@ -11,9 +11,11 @@ import structlog
 from grpc import aio
 
 from tether.kube.client import KubeClient, KubeError
+from tether.modagent.api import AgentApi
+from tether.modshared.module import IdleModule, Module
 from tether.pb.gitlab.agent.pods.rpc import rpc_pb2, rpc_pb2_grpc
 
-__all__ = ["PodsServicer"]
+__all__ = ["PodsAgentFactory", "PodsServicer"]
 
 _log = structlog.get_logger(__name__)
 
@@ -55,3 +57,15 @@ class PodsServicer(rpc_pb2_grpc.PodsServicer):
             key=lambda pod: (pod.namespace, pod.name),
         )
         return rpc_pb2.GetPodsResponse(pods=pods)
+
+
+class PodsAgentFactory:
+    """agentk half of ``pods``: ``GetPods`` on the internal server."""
+
+    name = "pods"
+    leader_only = False
+
+    def new(self, api: AgentApi) -> Module:
+        """Register ``Pods`` on the internal server."""
+        api.internal_server.add_servicer(rpc_pb2_grpc.add_PodsServicer_to_server, PodsServicer(api.kube))
+        return IdleModule(self.name)

@@ -1,0 +1,97 @@
+"""Benchmark the idle memory of each process: hub, kas and agentk after start-up with one agent connected.
+
+Usage: ``uv run python bench/footprint.py [--runs N]``
+
+Each run is ``tether up``'s own start-up (``tether.devenv.up.bring_up``): the hub on SQLite, one kas with
+its state in memory (the embedded default), one agentk registered through the hub and connected (its
+readiness probe says a configuration arrived and a tunnel is up), against one local cluster started once
+for all runs. After a 5 s settle, ``VmRSS`` of each process is read from ``/proc``.
+
+kas and agentk run from the runtime package installed without extras into an empty virtual environment
+(``tests/support/runtime_venv.py``), as a kas or agentk image carries them; the same figures with the
+development environment's ``tether`` (where ``rich`` and ``cryptography`` are installed, and
+``structlog`` and ``PyJWT`` load them) are recorded beside them for comparison. The hub always runs from
+the development environment (it needs the ``hub`` extra).
+
+Writes ``bench/results/footprint.json``: ``agentk_idle_rss_mib`` (target <= 64), ``kas_idle_rss_mib``
+(target <= 80), ``hub_idle_rss_mib``, each the median of ``N`` runs, plus the ``*_dev_venv`` figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.support.runtime_venv import build_runtime_venv
+from tether.devenv.cluster import LocalCluster
+from tether.devenv.up import TETHER, Running, UpOptions, bring_up
+
+RESULTS = Path(__file__).parent / "results" / "footprint.json"
+SETTLE_S = 5.0
+
+
+def rss_mib(pid: int) -> float:
+    """Resident set size of ``pid`` in MiB (``VmRSS``)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def one_run(work: Path, kubeconfig: Path, runtime_tether: str) -> dict[str, float]:
+    """Bring the system up once; return ``{process name: RSS MiB}`` after the settle time."""
+    running = Running()
+    options = UpOptions(state_dir=work, kubeconfig=kubeconfig, runtime_tether=runtime_tether)
+    try:
+        asyncio.run(bring_up(options, lambda line: print(f"  {line}", flush=True), running))
+        time.sleep(SETTLE_S)
+        return {process.name: rss_mib(process.pid) for process in running.processes}
+    finally:
+        running.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="tether-footprint-") as tmp:
+        root = Path(tmp)
+        print("installing the runtime package into an empty venv", flush=True)
+        runtime = str(build_runtime_venv(root / "runtime") / "bin" / "tether")
+        cluster = LocalCluster(root / "cluster")
+        kubeconfig = cluster.start().kubeconfig
+        samples: dict[str, list[float]] = {}
+        try:
+            for run in range(args.runs):
+                for label, tether in (("", runtime), ("_dev_venv", TETHER)):
+                    print(f"run {run + 1}/{args.runs} ({label or 'runtime venv'})", flush=True)
+                    figures = one_run(root / f"up{run}{label}", kubeconfig, tether)
+                    print(f"  RSS MiB: { {k: round(v, 1) for k, v in figures.items()} }", flush=True)
+                    for name in ("agentk", "kas") if label else ("agentk", "kas", "hub"):
+                        samples.setdefault(f"{name}_idle_rss_mib{label}", []).append(figures[name])
+        finally:
+            cluster.stop()
+    results = [
+        {"metric": metric, "value": round(statistics.median(values), 1), "unit": "MiB"}
+        for metric, values in samples.items()
+    ]
+    results.append({"metric": "runs", "value": args.runs, "unit": "runs"})
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results, indent=2))
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores; load before: {load_before}, after: {os.getloadavg()}"
+    )
+
+
+if __name__ == "__main__":
+    main()

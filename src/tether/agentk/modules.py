@@ -1,0 +1,14 @@
+"""The modules agentk runs, in start order (stop runs in reverse). Adding a module is one line here."""
+
+from __future__ import annotations
+
+from tether.modagent.api import AgentModuleFactory
+from tether.modules.graph.agent import GraphAgentFactory
+from tether.modules.kubernetes_api.agent import KubernetesApiAgentFactory
+from tether.modules.pods.agent import PodsAgentFactory
+
+AGENT_MODULES: list[AgentModuleFactory] = [
+    PodsAgentFactory(),
+    KubernetesApiAgentFactory(),
+    GraphAgentFactory(),
+]

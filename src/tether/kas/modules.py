@@ -1,0 +1,19 @@
+"""The modules kas runs, in start order (stop runs in reverse). Adding a module is one line here."""
+
+from __future__ import annotations
+
+from tether.modserver.api import ServerModuleFactory
+from tether.modules.agent_configuration.server import AgentConfigurationServerFactory
+from tether.modules.agent_tracker.server import AgentTrackerServerFactory
+from tether.modules.kubernetes_api.server import KubernetesApiServerFactory
+from tether.modules.pods.server import PodsServerFactory
+from tether.modules.reverse_tunnel.server import ReverseTunnelServerFactory
+
+#: Upstream's order (modules.md): configuration, tracker, tunnels, then the APIs that use them.
+SERVER_MODULES: list[ServerModuleFactory] = [
+    AgentConfigurationServerFactory(),
+    AgentTrackerServerFactory(),
+    ReverseTunnelServerFactory(),
+    PodsServerFactory(),
+    KubernetesApiServerFactory(),
+]

@@ -1,0 +1,273 @@
+"""Agent token authentication on the agent listener (kas.md §4.1).
+
+agentk sends ``authorization: Bearer <agent token>`` on every RPC. kas asks the hub (``agent_info``)
+who the token belongs to. Successful answers are cached in process memory for ``info_cache_ttl`` (at most
+:data:`MAX_CACHED_TOKENS`, least recently used first out); refusals (HTTP 401/403/404) are cached in the
+shared store for ``info_cache_error_ttl``. Both are keyed on the SHA-256 of the whole token: a key
+reveals no usable token, and two tokens sharing a first half never share an answer (issue 9 item 4;
+upstream hashes the first half only).
+
+Revocation (issue 9 item 7): the RPCs an agent opens with a token are held under its digest
+(:meth:`AgentAuthenticator.hold`); :meth:`AgentAuthenticator.revoke` (fed by the ``AgentTokenRevoked`` event
+every kas receives) forgets the token, refuses it for the cache lifetime, and cancels those RPCs, which
+closes the token's tunnels and configuration streams at once instead of after the cache expires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import Any, Protocol
+
+import aiohttp
+import grpc
+from cachetools import TTLCache
+
+from tether.modserver.gitlab_client import AgentInfo, GitlabClient, GitlabClientError
+from tether.tool.grpc_meta import MetadataIn
+from tether.tool.jwt_auth import reject_handler
+from tether.tool.rate_limit import RateLimiter
+from tether.tool.rate_limit import per_minute as rate_per_minute
+from tether.tool.status import StatusError
+
+log = logging.getLogger(__name__)
+_CACHEABLE = {
+    401: grpc.StatusCode.UNAUTHENTICATED,
+    403: grpc.StatusCode.PERMISSION_DENIED,
+    404: grpc.StatusCode.NOT_FOUND,
+}
+_MESSAGES = {401: "unauthenticated", 403: "forbidden", 404: "agent not found"}
+
+
+class ValueStore(Protocol):
+    """A shared key-value store with per-key expiry (Redis ``SET PX`` / ``GET``, or memory)."""
+
+    async def get_value(self, key: bytes) -> bytes | None:
+        """Return the value, or None when absent or expired."""
+
+    async def set_value(self, key: bytes, value: bytes, ttl_s: float) -> None:
+        """Store ``value`` for ``ttl_s`` seconds."""
+
+
+class AuthError(StatusError):
+    """Authentication failed; ``code`` and ``message`` are the gRPC status to answer with."""
+
+
+def bearer_token(metadata: MetadataIn | None) -> str:
+    """Return the token of the single ``authorization: Bearer <token>`` entry.
+
+    Raises:
+        AuthError: UNAUTHENTICATED when absent, repeated or not a bearer token.
+    """
+    values = [v for k, v in metadata or () if k == "authorization"]
+    if len(values) != 1 or not isinstance(values[0], str) or not values[0].startswith("Bearer "):
+        raise AuthError(
+            grpc.StatusCode.UNAUTHENTICATED, "missing or malformed authorization metadata (want: Bearer <agent token>)"
+        )
+    token = values[0].removeprefix("Bearer ").strip()
+    if not token:
+        raise AuthError(grpc.StatusCode.UNAUTHENTICATED, "empty agent token")
+    return token
+
+
+#: Most successful answers kept in memory; beyond, the least recently used are dropped.
+MAX_CACHED_TOKENS = 10_000
+
+
+def token_digest(token: str) -> bytes:
+    """SHA-256 of the whole token (32 bytes): the only form kas keys or publishes a token by."""
+    return hashlib.sha256(token.encode()).digest()
+
+
+def token_key(prefix: str, token: str) -> bytes:
+    """Refusal cache key for ``token``: ``<prefix>:agent_info_errs:`` + :func:`token_digest`."""
+    return f"{prefix}:agent_info_errs:".encode() + token_digest(token)
+
+
+class AgentAuthenticator:
+    """Resolves agent tokens to :class:`AgentInfo` through the hub, with caching.
+
+    Args:
+        client: the hub's internal API client.
+        errors: shared store for cached refusals, or None.
+        key_prefix: Redis key prefix (``redis.key_prefix``).
+        ttl_s: lifetime of a cached success in seconds (``agent.info_cache_ttl``; 0 disables).
+        error_ttl_s: lifetime of a cached refusal in seconds (``agent.info_cache_error_ttl``).
+    """
+
+    def __init__(
+        self, client: GitlabClient, errors: ValueStore | None, key_prefix: str, ttl_s: float, error_ttl_s: float
+    ) -> None:
+        self._client = client
+        self._errors = errors
+        self._prefix = key_prefix
+        self._ttl_s = ttl_s
+        self._error_ttl_s = error_ttl_s
+        self._cache: TTLCache[bytes, AgentInfo] | None = (
+            TTLCache(MAX_CACHED_TOKENS, ttl_s, timer=time.monotonic) if ttl_s > 0 else None
+        )
+        self._inflight: dict[bytes, asyncio.Future[AgentInfo]] = {}
+        # Recently revoked tokens stay refused for as long as an answer could have been cached anywhere.
+        self._revoked: TTLCache[bytes, bool] = TTLCache(MAX_CACHED_TOKENS, max(ttl_s, error_ttl_s, 60.0))
+        self._held: dict[bytes, set[asyncio.Task[Any]]] = {}
+
+    async def authenticate(self, metadata: MetadataIn | None) -> AgentInfo:
+        """Authenticate the RPC whose metadata is given.
+
+        Raises:
+            AuthError: UNAUTHENTICATED (no, malformed, unknown or revoked token), PERMISSION_DENIED,
+                NOT_FOUND, or UNAVAILABLE when the hub cannot be reached.
+        """
+        token = bearer_token(metadata)
+        digest = token_digest(token)
+        if digest in self._revoked:
+            raise AuthError(grpc.StatusCode.UNAUTHENTICATED, _MESSAGES[401])
+        cached = self._cache.get(digest) if self._cache is not None else None
+        if cached is not None:
+            return cached
+        # One hub call per token even when many RPCs of the same agent arrive together.
+        lookup = self._inflight.get(digest)
+        if lookup is None:
+            lookup = asyncio.ensure_future(self._lookup_and_cache(token, digest))
+            self._inflight[digest] = lookup
+            lookup.add_done_callback(lambda _: self._inflight.pop(digest, None))
+        return await asyncio.shield(lookup)
+
+    async def _lookup_and_cache(self, token: str, digest: bytes) -> AgentInfo:
+        info = await self._lookup(token)
+        if digest in self._revoked:  # revoked while the hub was answering
+            raise AuthError(grpc.StatusCode.UNAUTHENTICATED, _MESSAGES[401])
+        if self._cache is not None:
+            self._cache[digest] = info
+        return info
+
+    @contextlib.contextmanager
+    def hold(self, metadata: MetadataIn | None) -> Iterator[None]:
+        """Register the running RPC (the current task) as opened with the metadata's token.
+
+        Revoking the token cancels the task. Use after :meth:`authenticate` succeeded, around the RPC's life.
+
+        Raises:
+            AuthError: UNAUTHENTICATED when the token was revoked meanwhile, or the metadata has no token.
+        """
+        digest = token_digest(bearer_token(metadata))
+        if digest in self._revoked:
+            raise AuthError(grpc.StatusCode.UNAUTHENTICATED, _MESSAGES[401])
+        task = asyncio.current_task()
+        assert task is not None
+        held = self._held.setdefault(digest, set())
+        held.add(task)
+        try:
+            yield
+        finally:
+            held.discard(task)
+            if not held and self._held.get(digest) is held:
+                del self._held[digest]
+
+    def revoke(self, digests: Iterable[bytes]) -> int:
+        """Forget and refuse the tokens with these SHA-256 digests; cancel the RPCs opened with them.
+
+        Returns:
+            How many RPCs were cancelled.
+        """
+        cancelled = 0
+        for digest in digests:
+            self._revoked[digest] = True
+            if self._cache is not None:
+                self._cache.pop(digest, None)
+            for task in self._held.pop(digest, set()):
+                task.cancel()
+                cancelled += 1
+        return cancelled
+
+    async def _lookup(self, token: str) -> AgentInfo:
+        key = token_key(self._prefix, token)
+        if self._errors is not None:
+            cached_error = await self._safe_get(key)
+            if cached_error is not None:
+                status = int(json.loads(cached_error)["status_code"])
+                raise AuthError(_CACHEABLE[status], _MESSAGES[status])
+        try:
+            return await self._client.get_agent_info(token)
+        except GitlabClientError as exc:
+            if exc.status_code in _CACHEABLE:
+                if self._errors is not None and self._error_ttl_s > 0:
+                    payload = json.dumps({"status_code": exc.status_code, "path": exc.path, "reason": exc.reason})
+                    await self._safe_set(key, payload.encode())
+                raise AuthError(_CACHEABLE[exc.status_code], _MESSAGES[exc.status_code]) from exc
+            log.warning("agent_info failed: %s", exc)
+            raise AuthError(grpc.StatusCode.UNAVAILABLE, f"agent authentication is unavailable: {exc}") from exc
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("agent_info unreachable: %r", exc)
+            raise AuthError(
+                grpc.StatusCode.UNAVAILABLE, "agent authentication is unavailable: hub unreachable"
+            ) from exc
+
+    async def _safe_get(self, key: bytes) -> bytes | None:
+        assert self._errors is not None
+        try:
+            return await self._errors.get_value(key)
+        except Exception:
+            log.exception("reading the agent error cache failed")
+            return None
+
+    async def _safe_set(self, key: bytes, value: bytes) -> None:
+        assert self._errors is not None
+        try:
+            await self._errors.set_value(key, value, self._error_ttl_s)
+        except Exception:
+            log.exception("writing the agent error cache failed")
+
+    def forget(self, token: str) -> None:
+        """Drop a cached success (used when a later call shows the token no longer works)."""
+        if self._cache is not None:
+            self._cache.pop(token_digest(token), None)
+
+
+class AgentAuthInterceptor(grpc.aio.ServerInterceptor):
+    """Rate-limits and authenticates every RPC on the agent listener before its request is decoded.
+
+    Without it, a handler's request message (up to ``max_message_size``) is parsed before the handler checks
+    the token (issue 9 item 7). Handlers still call :meth:`AgentAuthenticator.authenticate` for the
+    :class:`AgentInfo`; the answer then comes from the cache.
+
+    New RPCs per token are limited to ``connections_per_token_per_minute`` across every kas sharing the
+    limiter's Redis (upstream's ``agent.listen.connections_per_token_per_minute``; 0 turns it off); beyond,
+    RPCs get ``RESOURCE_EXHAUSTED`` before any hub call. The key is the token's SHA-256.
+
+    Args:
+        auth: the authenticator.
+        limiter: the shared rate limiter, or None for no limit.
+        per_minute: the limit.
+    """
+
+    def __init__(self, auth: AgentAuthenticator, limiter: RateLimiter | None = None, per_minute: int = 0) -> None:
+        self._auth = auth
+        self._limiter = limiter if per_minute > 0 else None
+        self._limit = rate_per_minute(max(per_minute, 1))
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        """Refuse the call with the authentication error, or hand it to its handler."""
+        metadata = handler_call_details.invocation_metadata
+        try:
+            if self._limiter is not None:
+                key = token_digest(bearer_token(metadata)).hex()
+                if not await self._limiter.hit("agent_rpc", self._limit, key):
+                    return reject_handler(
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        f"rate limit exceeded: more than {self._limit.amount} RPCs per minute with this agent token "
+                        "(agent.listen.connections_per_token_per_minute)",
+                    )
+            await self._auth.authenticate(metadata)
+        except AuthError as exc:
+            return reject_handler(exc.code, exc.message)
+        return await continuation(handler_call_details)

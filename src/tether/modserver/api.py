@@ -1,0 +1,108 @@
+"""The kas module API (upstream ``modserver``): what a server module receives and what it must provide.
+
+Adding a module: write ``modules/<name>/server.py`` with a factory whose ``new(api)`` registers the
+module's services and returns a :class:`~tether.modshared.module.Module`, then add one line to
+``tether.kas.modules.SERVER_MODULES`` (docs/architecture.md, "How to add a module").
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import grpc
+from prometheus_client import CollectorRegistry
+
+from tether.modserver.agent_auth import AgentAuthenticator
+from tether.modserver.agent_tracker import AgentTracker
+from tether.modserver.config import KasConfig
+from tether.modserver.gitlab_client import GitlabClient
+from tether.modshared.module import Module, Spawner
+from tether.tool.events import EventBus
+from tether.tool.expiring_hash import HashBackend
+from tether.tool.rate_limit import RateLimiter
+from tether.tunnel.server.grpc_handlers import AgentIdFromRequest
+from tether.tunnel.server.registry import TunnelRegistry
+from tether.tunnel.server.router import Router
+
+
+@dataclass
+class ServerApi:
+    """Everything a kas module may use (upstream ``modserver.Config``).
+
+    Attributes:
+        config: the whole validated kas configuration; a module reads its own section.
+        gitlab: the hub's internal API client (``/api/v4/internal/kubernetes/...``).
+        auth: agent token authentication, cached (kas.md §2.3).
+        events: the pub/sub event bus on ``<prefix>:kas_events``.
+        backend: the state store (Redis or memory) behind every tracker.
+        router: routes a call to any agent through whichever kas holds its tunnels.
+        tunnels: this kas' registry of idle reverse tunnels.
+        agent_tracker: connected agents by agent id / project id (kas.md §3.3).
+        metrics: the Prometheus registry served on the observability listener.
+        agent_server: the agent gRPC listener (agentk calls); register services before start.
+        api_server: the api gRPC listener (hub calls, JWT-authenticated).
+        private_server: the private api gRPC listener (other kas).
+        stopping: set when kas begins to shut down; long polls end on it.
+        spawn: starts a supervised background loop.
+        rate_limiter: rate limits shared by every kas through Redis (memory without Redis), or None.
+        routed_methods: agent methods the api listener routes to agents; fill with :meth:`register_agent_api`.
+        ports: listener name -> bound TCP port; a module with its own listener adds it here.
+    """
+
+    config: KasConfig
+    gitlab: GitlabClient
+    auth: AgentAuthenticator
+    events: EventBus
+    backend: HashBackend
+    router: Router
+    tunnels: TunnelRegistry
+    agent_tracker: AgentTracker
+    metrics: CollectorRegistry
+    agent_server: grpc.aio.Server
+    api_server: grpc.aio.Server
+    private_server: grpc.aio.Server
+    stopping: asyncio.Event
+    spawn: Spawner
+    rate_limiter: RateLimiter | None = None
+    routed_methods: dict[str, AgentIdFromRequest] = field(default_factory=dict)
+    ports: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def long_poll_age_s(self) -> float:
+        """How long idle tunnels and configuration streams live: 30 % of the agent listener's max age.
+
+        They then end just after the connection's GOAWAY, so agentk reconnects elsewhere (kas.md §8.3).
+        """
+        return self.config.agent.listen.max_connection_age * 0.3
+
+    def register_agent_api(self, methods: Mapping[str, AgentIdFromRequest]) -> None:
+        """Declare agentk methods the hub may call on the api listener (upstream ``RegisterAgentApi``).
+
+        Args:
+            methods: ``/package.Service/Method`` -> how to read the destination agent id from a request.
+
+        Raises:
+            ValueError: a method is already registered by another module.
+        """
+        for method, agent_id_of in methods.items():
+            if method in self.routed_methods:
+                raise ValueError(f"agent method {method} is registered twice")
+            self.routed_methods[method] = agent_id_of
+
+
+class ServerModuleFactory(Protocol):
+    """Builds one kas module (upstream ``modserver.Factory``)."""
+
+    @property
+    def name(self) -> str:
+        """The module's name."""
+
+    def new(self, api: ServerApi) -> Module | None:
+        """Register the module's services on ``api``'s listeners and return it, or None when not configured.
+
+        Raises:
+            Exception: the module cannot be built; kas does not start (reported as a start error).
+        """

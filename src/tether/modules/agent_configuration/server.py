@@ -1,0 +1,171 @@
+"""kas' ``AgentConfiguration.GetConfiguration`` stream: the agent connection kas tracks (seed 000, kas.md §6.2).
+
+Each open stream is one agentk connection: it is registered in the agent tracker under a random
+connection id for as long as it stays open. The configuration comes from the hub (Tether keeps agent
+configuration there, not in a git repository) and is sent again whenever its ``commit_id`` changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from typing import Any
+
+import grpc
+from google.protobuf import json_format
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from tether.modserver.agent_auth import AgentAuthenticator, AuthError, bearer_token
+from tether.modserver.agent_tracker import AgentTracker
+from tether.modserver.api import ServerApi
+from tether.modserver.gitlab_client import AgentConfigurationDoc, AgentInfo, GitlabClient, GitlabClientError
+from tether.modshared.module import IdleModule, Module
+from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2, rpc_pb2_grpc
+from tether.pb.gitlab.agent.agent_tracker.agent_tracker_pb2 import ConnectedAgentInfo
+from tether.pb.gitlab.agent.agentcfg import agentcfg_pb2
+from tether.tool.backoff import Backoff
+
+log = logging.getLogger(__name__)
+_AGENT_FIELDS = ("gitops", "observability", "ci_access", "container_scanning", "remote_development", "flux")
+_FATAL = {401: grpc.StatusCode.UNAUTHENTICATED, 403: grpc.StatusCode.PERMISSION_DENIED, 404: grpc.StatusCode.NOT_FOUND}
+
+
+class ConfigurationInvalid(ValueError):
+    """The stored configuration does not parse as a ``ConfigurationFile`` (a user error)."""
+
+
+def agent_configuration(
+    doc: AgentConfigurationDoc, agent: AgentInfo, external_url: str
+) -> agentcfg_pb2.AgentConfiguration:
+    """Turn the stored file into what agentk receives (``user_access`` stays in kas, kas.md §6.1).
+
+    Raises:
+        ConfigurationInvalid: unknown fields or wrong types in the stored document.
+    """
+    try:
+        file = json_format.ParseDict(doc.configuration, agentcfg_pb2.ConfigurationFile())
+    except json_format.ParseError as exc:
+        raise ConfigurationInvalid(str(exc)) from exc
+    config = agentcfg_pb2.AgentConfiguration(
+        agent_id=agent.agent_id,
+        project_id=agent.project_id,
+        project_path=doc.project_path,
+        gitlab_external_url=external_url,
+    )
+    for name in _AGENT_FIELDS:
+        if file.HasField(name):  # type: ignore[arg-type]
+            getattr(config, name).CopyFrom(getattr(file, name))
+    return config
+
+
+class AgentConfigurationServicer(rpc_pb2_grpc.AgentConfigurationServicer):
+    """Serves the configuration stream and tracks the connection it represents.
+
+    Args:
+        auth: resolves agent tokens.
+        client: the hub's internal API.
+        tracker: where connections are registered.
+        poll_period_s: how often the hub is asked for a newer configuration, in seconds.
+        max_connection_age_s: the stream ends with OK after about this long so agentk reconnects (kas.md §8.3).
+        external_url: sent to agents as ``gitlab_external_url``.
+        stopping: set on shutdown; open streams then end with OK at once.
+    """
+
+    def __init__(
+        self,
+        auth: AgentAuthenticator,
+        client: GitlabClient,
+        tracker: AgentTracker,
+        poll_period_s: float,
+        max_connection_age_s: float,
+        external_url: str,
+        stopping: asyncio.Event,
+    ) -> None:
+        self._auth = auth
+        self._client = client
+        self._tracker = tracker
+        self._poll_s = poll_period_s
+        self._max_age_s = max_connection_age_s
+        self._external_url = external_url
+        self._stopping = stopping
+
+    async def GetConfiguration(self, request: rpc_pb2.ConfigurationRequest, context: Any) -> None:  # type: ignore[override]
+        """Stream configurations until the client leaves, the connection ages out or kas stops."""
+        try:
+            agent = await self._auth.authenticate(context.invocation_metadata())
+        except AuthError as exc:
+            await exc.abort(context)
+        token = bearer_token(context.invocation_metadata())
+        connected_at = Timestamp()
+        connected_at.GetCurrentTime()
+        info = ConnectedAgentInfo(
+            agent_meta=request.agent_meta,
+            connected_at=connected_at,
+            connection_id=random.getrandbits(63),
+            agent_id=agent.agent_id,
+            project_id=agent.project_id,
+        )
+        if not request.skip_register:
+            await self._tracker.register_connection(info)
+        try:
+            with self._auth.hold(context.invocation_metadata()):  # a revoked token's stream is cancelled
+                await self._stream(request.commit_id, agent, token, context)
+        except AuthError as exc:
+            await context.abort(exc.code, exc.message)
+        finally:
+            if not request.skip_register:
+                # The registration must go even when the stream was cancelled.
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self._tracker.unregister_connection(info))
+
+    async def _stream(self, last_commit: str, agent: AgentInfo, token: str, context: Any) -> None:
+        loop = asyncio.get_running_loop()
+        ends_at = loop.time() + self._max_age_s * random.uniform(0.95, 1.0)
+        backoff = Backoff(initial_s=10.0, max_s=60.0, factor=2.0, jitter=1.0, reset_after_s=120.0)
+        while not self._stopping.is_set() and loop.time() < ends_at:
+            wait_s = self._poll_s
+            try:
+                doc = await self._client.get_agent_configuration(token)
+                backoff.reset()
+                if doc.commit_id != last_commit:
+                    config = agent_configuration(doc, agent, self._external_url)
+                    await context.write(rpc_pb2.ConfigurationResponse(configuration=config, commit_id=doc.commit_id))
+                    last_commit = doc.commit_id
+            except GitlabClientError as exc:
+                if exc.status_code in _FATAL:
+                    self._auth.forget(token)
+                    await context.abort(_FATAL[exc.status_code], f"agent configuration: {exc.reason}")
+                log.warning("agent configuration fetch failed: %s", exc, extra={"agent_id": agent.agent_id})
+                wait_s = backoff.next_delay()
+            except ConfigurationInvalid as exc:
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"invalid agent configuration: {exc}")
+            except (OSError, TimeoutError) as exc:
+                log.warning("hub unreachable: %r", exc, extra={"agent_id": agent.agent_id})
+                wait_s = backoff.next_delay()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), timeout=min(wait_s, max(ends_at - loop.time(), 0)))
+
+
+class AgentConfigurationServerFactory:
+    """kas half of ``agent_configuration``: ``GetConfiguration`` on the agent listener."""
+
+    name = "agent_configuration"
+
+    def new(self, api: ServerApi) -> Module:
+        """Register ``AgentConfiguration`` on the agent listener."""
+        config = api.config
+        rpc_pb2_grpc.add_AgentConfigurationServicer_to_server(
+            AgentConfigurationServicer(
+                api.auth,
+                api.gitlab,
+                api.agent_tracker,
+                config.agent.configuration.poll_period,
+                api.long_poll_age_s,
+                config.gitlab.external_url or config.gitlab.address,
+                api.stopping,
+            ),
+            api.agent_server,
+        )
+        return IdleModule(self.name)

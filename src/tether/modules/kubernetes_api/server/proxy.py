@@ -1,0 +1,248 @@
+"""kas' Kubernetes API proxy listener (kas.md §5.1, §5.3): HTTP in, routed ``MakeRequest`` calls out.
+
+Each request under ``url_path_prefix`` is checked (CORS, credentials, nested impersonation; kas.md §4.5),
+rewritten and routed to its agent like any agent call (the routing kas may be this one or another; the
+agent may be connected to any kas). The request's own ``timeout`` query parameter (client-go sends it for
+``--request-timeout``) bounds the wait for the agent; without one, ``routing.tunnel_find_timeout`` does.
+A client that disconnects cancels its handler and with it the routed call.
+
+Every path under the prefix reaches the cluster as the identity the proxy imposes (``access_as: user``:
+impersonation; kas.md §4.5): paths kas serves itself (today ``/graph``) are :data:`ProxyPathHandler` entries
+of :attr:`KubernetesApiProxy.paths`, which receive that identity and must compute their answer with it or
+refuse; every other path is relayed as ``MakeRequest`` carrying it (issue 9 item 1).
+
+Errors kas produces are Kubernetes ``Status`` bodies (``status.py``): 400 outside the prefix, 401 for
+credentials, 403 for CORS and nested impersonation, 500 when the hub fails, 502 when the tunnel or agent
+fails, 504 when no agent connection was found in time. Once the response head is sent, a failure cuts the
+connection instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import ssl
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from google.rpc import status_pb2
+
+from tether.modserver.config import KubernetesApiCF
+from tether.modserver.gitlab_client import ProxyUserAuthorization
+from tether.modules.graph.server.websocket import router_opener, serve_graph_websocket
+from tether.modules.kubernetes_api.rpc.headers import is_upgrade
+from tether.modules.kubernetes_api.rpc.impersonation import NESTED_IMPERSONATION, carries_impersonation
+from tether.modules.kubernetes_api.server.auth import (
+    ProxyCredentials,
+    ProxyUserAuthorizer,
+    credentials_from,
+    impersonation_for,
+)
+from tether.modules.kubernetes_api.server.cors import cors_headers, is_preflight, preflight_response
+from tether.modules.kubernetes_api.server.http_grpc import MAKE_REQUEST, ProxyCall, ResponseStreamError, request_header
+from tether.modules.kubernetes_api.server.status import ProxyError, status_response
+from tether.pb.gitlab.agent.kubernetes_api.rpc import rpc_pb2
+from tether.tool.durations import parse_duration
+from tether.tool.grpc_meta import code_from_int
+from tether.tool.http_server import SafeServer
+from tether.tool.rate_limit import RateLimiter, per_minute
+from tether.tool.status import http_code
+from tether.tunnel.server.router import Router, RoutingError
+
+__all__ = ["GRAPH_PATH", "KubernetesApiProxy", "ProxyPathHandler"]
+
+log = logging.getLogger(__name__)
+
+#: Idle keep-alive connections are closed after this many seconds (upstream idle timeout, kas.md §5.1).
+IDLE_TIMEOUT_S = 60.0
+
+
+GRAPH_PATH = "/graph"
+
+#: A path kas serves itself: (request, agent id, identity to impose or None for the agent's own) -> response.
+#: The identity is not optional: a handler that cannot act as it must refuse (e.g. 403 / a policy close).
+ProxyPathHandler = Callable[[web.BaseRequest, int, rpc_pb2.ImpersonationConfig | None], Awaitable[web.StreamResponse]]
+
+
+def request_timeout_s(request: web.BaseRequest) -> float | None:
+    """The client's own timeout from the ``timeout`` query parameter (e.g. ``32s``), or None."""
+    text = request.rel_url.query.get("timeout")
+    if not text:
+        return None
+    try:
+        seconds = parse_duration(text)
+    except ValueError:
+        return None
+    return seconds if seconds > 0 else None
+
+
+class KubernetesApiProxy:
+    """The HTTP listener at ``agent.kubernetes_api.listen``.
+
+    Args:
+        config: the ``agent.kubernetes_api`` section.
+        router: the routing kas.
+        authorizer: checks credentials with the hub.
+        external_url: ``gitlab.external_url`` for CORS, or None (no CORS checks).
+    """
+
+    def __init__(
+        self,
+        config: KubernetesApiCF,
+        router: Router,
+        authorizer: ProxyUserAuthorizer,
+        external_url: str | None,
+        limiter: RateLimiter | None = None,
+    ) -> None:
+        self._config = config
+        self._limiter = limiter if config.failed_auth_per_source_per_minute > 0 else None
+        self._failure_limit = per_minute(max(config.failed_auth_per_source_per_minute, 1))
+        self._router = router
+        self._authorizer = authorizer
+        self._external_url = external_url
+        self._prefix = config.url_path_prefix
+        server = SafeServer(
+            self._handle,
+            handler_cancellation=True,  # a client that goes away cancels its routed call
+            auto_decompress=False,  # bodies are relayed as sent
+            keepalive_timeout=IDLE_TIMEOUT_S,
+            max_line_size=16 * 1024,
+            max_field_size=64 * 1024,
+            access_log=None,
+        )
+        self._runner = web.ServerRunner(server, shutdown_timeout=config.listen.shutdown_grace_period)
+        #: Paths under the prefix that kas answers itself instead of relaying ``MakeRequest``.
+        self.paths: dict[str, ProxyPathHandler] = {GRAPH_PATH: self._graph}
+
+    async def _graph(
+        self, request: web.BaseRequest, agent_id: int, impersonation: rpc_pb2.ImpersonationConfig | None
+    ) -> web.StreamResponse:
+        # The Graph API lives on the same endpoint and authentication (issue 6, graph.md).
+        return await serve_graph_websocket(request, router_opener(self._router, agent_id), impersonation)
+
+    async def start(self) -> int:
+        """Bind and serve; return the bound TCP port (0 for a unix socket).
+
+        Raises:
+            OSError: the address cannot be bound.
+            ssl.SSLError: the certificate or key cannot be loaded.
+        """
+        listen = self._config.listen
+        await self._runner.setup()
+        site: web.BaseSite
+        if listen.network == "unix":
+            site = web.UnixSite(self._runner, listen.address)
+        else:
+            context = None
+            if listen.certificate_file is not None and listen.key_file is not None:
+                context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+                context.load_cert_chain(listen.certificate_file, listen.key_file)
+            else:
+                # client-go attaches bearer tokens only over TLS: kubectl sends none to a plain HTTP server.
+                log.warning("the Kubernetes API proxy listens without TLS; kubectl will not send tokens to it")
+            host, _, port = listen.address.rpartition(":")
+            site = web.TCPSite(self._runner, host.strip("[]") or None, int(port), ssl_context=context)
+        try:
+            await site.start()
+        except BaseException:
+            await self._runner.cleanup()
+            raise
+        addresses = self._runner.addresses
+        return int(addresses[0][1]) if addresses and isinstance(addresses[0], tuple) else 0
+
+    async def stop(self) -> None:
+        """Stop accepting, let in-flight requests run for ``shutdown_grace_period``, then cut them."""
+        await self._runner.cleanup()
+
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        cors: dict[str, str] = {}
+        try:
+            cors = cors_headers(request.headers, self._external_url)
+            if is_preflight(request.method, request.headers):
+                return preflight_response(request.headers, cors)
+            url_path = self._strip_prefix(request.rel_url.path)
+            auth, credentials = await self._authenticate(request)
+            impersonation = impersonation_for(auth, credentials.access_type)
+            if impersonation is not None and (name := carries_impersonation(request.headers.keys())):
+                raise ProxyError(
+                    403,
+                    f"Forbidden: {NESTED_IMPERSONATION}: the request carries {name}, but agent "
+                    f"{auth.agent_id} is reached as GitLab user {auth.username!r} (access_as: user)",
+                )
+            own = self.paths.get(url_path)
+            if own is not None:
+                return await own(request, credentials.agent_id, impersonation)
+            upgrade = is_upgrade(request.headers.items())
+            call = ProxyCall(request, request_header(request, url_path, impersonation), upgrade, cors)
+            return await self._forward(request, call, credentials.agent_id)
+        except ProxyError as exc:
+            log.debug("k8s proxy refused %s %s: %d %s", request.method, request.rel_url.path, exc.code, exc.message)
+            return status_response(exc, cors)
+
+    async def _authenticate(self, request: web.BaseRequest) -> tuple[ProxyUserAuthorization, ProxyCredentials]:
+        """Credentials and the hub's answer; a source with too many refusals gets 429 without a hub call."""
+        source = request.remote or "unknown"
+        if self._limiter is not None and not await self._limiter.allows(
+            "proxy_auth_failures", self._failure_limit, source
+        ):
+            raise ProxyError(
+                429,
+                f"Too many requests: more than {self._failure_limit.amount} refused credentials per minute from "
+                "this address; try again later",
+                {"Retry-After": "60"},
+            )
+        try:
+            credentials = credentials_from(request.headers, request.rel_url.query, request.cookies)
+            return await self._authorizer.authorize(credentials), credentials
+        except ProxyError as exc:
+            if exc.code == 401 and self._limiter is not None:
+                await self._limiter.hit("proxy_auth_failures", self._failure_limit, source)
+            raise
+
+    def _strip_prefix(self, path: str) -> str:
+        if not path.startswith(self._prefix):
+            raise ProxyError(400, f"Bad request: URL path {path[:200]!r} is not under {self._prefix!r}")
+        return "/" + path[len(self._prefix) :]
+
+    async def _forward(self, request: web.BaseRequest, call: ProxyCall, agent_id: int) -> web.StreamResponse:
+        try:
+            status = await self._router.route(agent_id, MAKE_REQUEST, (), call, request_timeout_s(request))
+        except RoutingError as exc:
+            code = exc.http_code
+            if code == 504 and call.response is not None and call.raw is None:
+                # The client's own timeout ended a streaming answer (e.g. a watch): end it as the API server
+                # ends a watch at timeoutSeconds, with the terminating chunk.
+                with contextlib.suppress(ConnectionError, RuntimeError):
+                    await call.response.write_eof()
+                return call.response
+            return self._fail(call, ProxyError(code, exc.message if code == 504 else f"Proxy error: {exc.message}"))
+        except ResponseStreamError as exc:
+            return self._fail(call, ProxyError(502, f"Proxy error: {exc}"))
+        except ConnectionError as exc:
+            log.debug("k8s proxy client went away: %r", exc)
+            return self._fail(call, ProxyError(502, "Proxy error: the client connection failed"))
+        finally:
+            if call.raw is not None:
+                call.raw.close()
+        if status is not None and status.code != 0:
+            return self._fail(call, _agent_failure(status))
+        if not call.complete:
+            return self._fail(call, ProxyError(502, "Proxy error: the agent ended the response early"))
+        assert call.response is not None
+        return call.response
+
+    @staticmethod
+    def _fail(call: ProxyCall, error: ProxyError) -> web.StreamResponse:
+        if not call.head_sent or call.response is None:
+            return status_response(error, call.extra_headers)
+        # The head is out: the only way left to signal the failure is to cut the connection.
+        log.info("k8s proxy response cut after its head: %s", error.message)
+        call.abort()
+        return call.response
+
+
+def _agent_failure(status: status_pb2.Status) -> ProxyError:
+    code = http_code(code_from_int(status.code))
+    if code == 403:
+        return ProxyError(403, f"Forbidden: {status.message}")
+    return ProxyError(code, f"Proxy error: the agent could not make the request: {status.message}")

@@ -1,1 +1,0 @@
-"""Routing kas -> gateway kas -> agentk over the private API (seed 001)."""

@@ -1,0 +1,263 @@
+"""One agentk reverse-tunnel connection: a loop of ``ReverseTunnel.Connect`` attempts (kas.md §1.4).
+
+Each attempt opens ``Connect`` (wait-for-ready), sends the ``descriptor``, and waits. kas either ends the
+stream unused, or sends ``request_info`` (+ ``message``/``close_send``) for one call, which is replayed as
+raw bytes on agentk's internal server; its headers, messages, trailers and status flow back as
+``header``/``message``/``trailer``/``error`` (kas.md §1.2-1.3). One tunnel carries one call (§1.1);
+the loop then opens the next tunnel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+
+import grpc
+import structlog
+from grpc import aio
+
+from tether.pb.gitlab.agent.reverse_tunnel.info import info_pb2
+from tether.pb.gitlab.agent.reverse_tunnel.rpc import rpc_pb2, rpc_pb2_grpc
+from tether.tool.automaton import StreamAutomaton, StreamOrderError
+from tether.tool.backoff import Backoff
+from tether.tool.grpc_meta import Metadata, meta_to_values, status_to_proto, timeout_from, values_to_meta
+from tether.tunnel.agent.pool import TunnelListener
+
+__all__ = ["ConnectedTunnels", "TunnelConnection", "reconnect_backoff"]
+
+_log = structlog.get_logger(__name__)
+
+_TunnelCall = aio.StreamStreamCall[rpc_pb2.ConnectRequest, rpc_pb2.ConnectResponse]
+_RawCall = aio.StreamStreamCall[bytes, bytes]
+#: Errors a call raises once it has ended (failed status, or a write after the end).
+_CALL_ENDED = (aio.AioRpcError, asyncio.InvalidStateError)
+
+
+def reconnect_backoff() -> Backoff:
+    """The reconnect backoff of one tunnel loop: 1 s to 20 s, factor 1.6, jitter 0.2, reset after 25 s (§1.4)."""
+    return Backoff(initial_s=1.0, max_s=20.0, factor=1.6, jitter=0.2, reset_after_s=25.0)
+
+
+class ConnectedTunnels:
+    """Number of tunnels whose ``Connect`` stream is open (descriptor sent), shared by all loops.
+
+    Feeds the ``connected`` metric and agentk's readiness ("at least one tunnel connected").
+    """
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def add(self, delta: int) -> None:
+        """Change the count by ``delta`` (+1 when a tunnel opens, -1 when it ends)."""
+        self.value += delta
+
+
+class _Outcome(enum.Enum):
+    RECONNECT = "reconnect"  # clean end, cancel or deadline: open the next tunnel at once
+    BACKOFF = "backoff"  # any other failure: wait first
+
+
+class TunnelConnection:
+    """Keeps opening tunnels to kas until stopped, serving at most one call per tunnel (kas.md §1.4).
+
+    Args:
+        kas_channel: channel to kas' agent listener.
+        internal_channel: channel to agentk's internal server (forwarded calls go there as raw bytes).
+        descriptor: the services this agentk serves, sent first on every tunnel.
+        listener: the manager, told ``on_active`` when a request arrives and ``on_idle`` after each attempt.
+        metadata: per-RPC metadata for ``Connect``: ``authorization: Bearer <token>`` (kas.md §4.1) and the
+            ``--kas-header`` pairs.
+        backoff: delays after failed attempts; defaults to :func:`reconnect_backoff`.
+        connected: shared counter of open tunnels, if wanted.
+    """
+
+    def __init__(
+        self,
+        kas_channel: aio.Channel,
+        internal_channel: aio.Channel,
+        descriptor: info_pb2.AgentDescriptor,
+        listener: TunnelListener,
+        *,
+        metadata: Metadata = (),
+        backoff: Backoff | None = None,
+        connected: ConnectedTunnels | None = None,
+    ) -> None:
+        self._connect = rpc_pb2_grpc.ReverseTunnelStub(kas_channel).Connect
+        self._internal_channel = internal_channel
+        self._descriptor = rpc_pb2.ConnectRequest(descriptor=rpc_pb2.Descriptor(agent_descriptor=descriptor))
+        self._listener = listener
+        self._metadata = metadata
+        self._backoff = backoff or reconnect_backoff()
+        self._connected = connected or ConnectedTunnels()
+        self._stop_event = asyncio.Event()
+        self._attempt_task: asyncio.Task[_Outcome] | None = None
+        self._in_flight = False
+
+    @property
+    def in_flight(self) -> bool:
+        """Whether the current tunnel is carrying a call."""
+        return self._in_flight
+
+    async def run(self) -> None:
+        """Open tunnels one after another until :meth:`stop` or :meth:`abort`; return after the last one ended.
+
+        Cancelling ``run()`` stops the loop too: an idle tunnel is closed, but a call in flight is shielded
+        and finishes in the background (kas.md §1.4; :meth:`abort` still cancels it).
+        """
+        while not self._stop_event.is_set():
+            self._in_flight = False
+            task = asyncio.create_task(self._attempt())
+            self._attempt_task = task
+            try:
+                await asyncio.wait({task})
+            except asyncio.CancelledError:
+                self._stop_event.set()
+                if not self._in_flight:
+                    task.cancel()
+                raise
+            outcome = None if task.cancelled() else task.result()
+            self._listener.on_idle()
+            if outcome is _Outcome.BACKOFF:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop_event.wait(), self._backoff.next_delay())
+
+    def stop(self) -> None:
+        """Stop after the current attempt; an idle tunnel is closed now, a call in flight may finish."""
+        self._stop_event.set()
+        if self._attempt_task is not None and not self._in_flight:
+            self._attempt_task.cancel()
+
+    def abort(self) -> None:
+        """Stop now, cancelling a call in flight too (shutdown grace period expired)."""
+        self._stop_event.set()
+        if self._attempt_task is not None:
+            self._attempt_task.cancel()
+
+    async def _attempt(self) -> _Outcome:
+        call: _TunnelCall = self._connect(metadata=self._metadata, wait_for_ready=True)
+        forward: _ForwardedCall | None = None
+        opened = False
+        try:
+            await call.write(self._descriptor)
+            opened = True
+            self._connected.add(1)
+            automaton = StreamAutomaton(rpc_pb2.ConnectResponse)
+            while True:
+                response = await call.read()
+                if response is aio.EOF:
+                    automaton.end()
+                    return _Outcome.RECONNECT
+                assert isinstance(response, rpc_pb2.ConnectResponse)
+                kind = automaton.visit(response)
+                if kind == "request_info":
+                    self._in_flight = True
+                    self._listener.on_active()
+                    forward = _ForwardedCall(self._internal_channel, response.request_info, call)
+                elif forward is not None and kind == "message":
+                    await forward.send(response.message.data)
+                elif forward is not None and kind == "close_send":
+                    await forward.close_send()
+        except _CALL_ENDED as exc:
+            return await _classify(call, exc)
+        except StreamOrderError as exc:
+            _log.error("tunnel_protocol_violation", error=str(exc))
+            return _Outcome.BACKOFF
+        except Exception:
+            _log.exception("tunnel_attempt_failed")
+            return _Outcome.BACKOFF
+        finally:
+            if opened:
+                self._connected.add(-1)
+            if forward is not None:
+                await forward.finish()
+            call.cancel()
+
+
+async def _classify(call: _TunnelCall, exc: BaseException) -> _Outcome:
+    """Map how a tunnel ended to the reconnect rule of kas.md §1.4 step 4, logging real failures."""
+    if isinstance(exc, aio.AioRpcError):
+        code, details = exc.code(), exc.details() or ""
+    else:  # a write after kas already ended the stream: its status says why
+        code, details = await call.code(), await call.details()
+    if code in (grpc.StatusCode.OK, grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED):
+        _log.debug("tunnel_ended", code=code.name, details=details)
+        return _Outcome.RECONNECT
+    if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+        _log.error("tunnel_rejected_token", code=code.name, details=details, hint="kas rejected the agent token")
+    else:
+        _log.warning("tunnel_failed", code=code.name, details=details)
+    return _Outcome.BACKOFF
+
+
+class _ForwardedCall:
+    """The one call a tunnel carries, replayed on the internal server with raw bytes (kas.md §1.4 step 3)."""
+
+    def __init__(self, channel: aio.Channel, info: rpc_pb2.RequestInfo, tunnel: _TunnelCall) -> None:
+        self._tunnel = tunnel
+        self._method = info.method_name
+        # No (de)serializers: the message bytes pass through undecoded, like upstream's raw codec.
+        self._call: _RawCall | None = None
+        if _valid_method(info.method_name):
+            metadata = values_to_meta(info.meta)
+            # kas' deadline for the call (tether-timeout-ms): gRPC's own deadline does not cross the tunnel.
+            self._call = channel.stream_stream(info.method_name)(metadata=metadata, timeout=timeout_from(metadata))
+        _log.debug("tunnel_request", method=info.method_name)
+        self._pump = asyncio.create_task(self._respond())
+
+    async def send(self, data: bytes) -> None:
+        """Write one request message (kas ``message``); ignored once the call has ended."""
+        if self._call is not None:
+            with contextlib.suppress(*_CALL_ENDED):
+                await self._call.write(data)
+
+    async def close_send(self) -> None:
+        """Half-close the request stream (kas ``close_send``); ignored once the call has ended."""
+        if self._call is not None:
+            with contextlib.suppress(*_CALL_ENDED):
+                await self._call.done_writing()
+
+    async def finish(self) -> None:
+        """Cancel whatever is still running (the tunnel ended first) and wait for the pump to stop."""
+        if self._call is not None:
+            self._call.cancel()
+        self._pump.cancel()
+        await asyncio.wait({self._pump})
+
+    async def _respond(self) -> None:
+        # Pipes the internal call's outcome into the tunnel: header, message*, trailer[, error], half-close.
+        call = self._call
+        try:
+            if call is None:
+                status = status_to_proto(grpc.StatusCode.UNIMPLEMENTED, f"malformed method name {self._method!r}")
+                await self._tunnel.write(rpc_pb2.ConnectRequest(error=rpc_pb2.Error(status=status)))
+                await self._tunnel.done_writing()
+                return
+            headers = await call.initial_metadata()
+            await self._tunnel.write(rpc_pb2.ConnectRequest(header=rpc_pb2.Header(meta=meta_to_values(headers))))
+            while True:
+                try:
+                    data = await call.read()
+                except aio.AioRpcError:
+                    break  # the status is read below
+                if data is aio.EOF:
+                    break
+                assert isinstance(data, bytes)
+                await self._tunnel.write(rpc_pb2.ConnectRequest(message=rpc_pb2.Message(data=data)))
+            code, details, trailers = await call.code(), await call.details(), await call.trailing_metadata()
+            await self._tunnel.write(rpc_pb2.ConnectRequest(trailer=rpc_pb2.Trailer(meta=meta_to_values(trailers))))
+            if code is not grpc.StatusCode.OK:
+                status = status_to_proto(code, details or "", trailers)
+                await self._tunnel.write(rpc_pb2.ConnectRequest(error=rpc_pb2.Error(status=status)))
+            await self._tunnel.done_writing()
+        except _CALL_ENDED as exc:
+            # The tunnel broke (kas or its client went away); the reader sees it too and ends the attempt.
+            _log.debug("tunnel_response_aborted", method=self._method, error=str(exc))
+            if call is not None:
+                call.cancel()
+
+
+def _valid_method(name: str) -> bool:
+    # "/package.Service/Method"
+    parts = name.split("/")
+    return len(parts) == 3 and parts[0] == "" and all(parts[1:])

@@ -1,0 +1,124 @@
+"""The gateway kas role: follow the agent id in the request to a local tunnel (kas.md §2.4, seed 001).
+
+A gateway never does discovery. It answers ``NoTunnel`` while it waits for a tunnel of the agent,
+``TunnelReady`` once it has reserved one, and then waits for the routing kas to claim it with
+``StartStreaming`` (or to hang up, which returns the tunnel to the registry). It then relays the call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Protocol
+
+import grpc
+from google.rpc import status_pb2
+
+from tether.pb.gitlab.agent.kas import kasapp_pb2
+from tether.tool.grpc_meta import MetadataIn
+from tether.tool.status import StatusError
+from tether.tunnel.server.metadata import RoutingMetadataError, forwardable, routing_agent_id, split_method
+from tether.tunnel.server.registry import RegistryStopped, TunnelRegistry
+from tether.tunnel.server.tunnel import Tunnel, TunnelBroken, ValuesMap
+
+log = logging.getLogger(__name__)
+#: The routing kas answers TunnelReady at once (StartStreaming, or hangs up); beyond this it is stalled.
+START_STREAMING_TIMEOUT_S = 5.0
+Response = kasapp_pb2.GatewayKasResponse
+
+
+class RoutingPeer(Protocol):
+    """The routing kas as the gateway sees it: raw frames in, ``GatewayKasResponse`` out."""
+
+    async def read(self) -> bytes | None:
+        """Next frame from the routing kas, or None when it half-closed."""
+
+    async def write(self, response: kasapp_pb2.GatewayKasResponse) -> None:
+        """Send one response to the routing kas."""
+
+
+class GatewayError(StatusError):
+    """The request cannot be served; ``code`` and ``message`` become the RPC status."""
+
+
+class _Sink:
+    """Wraps agentk's answer into ``GatewayKasResponse`` messages, remembering how far it got."""
+
+    def __init__(self, peer: RoutingPeer) -> None:
+        self._peer = peer
+        self.header_sent = False
+        self.trailer_sent = False
+
+    async def header(self, meta: ValuesMap) -> None:
+        self.header_sent = True
+        await self._peer.write(Response(header=Response.Header(meta=meta)))
+
+    async def message(self, data: bytes) -> None:
+        await self._peer.write(Response(message=Response.Message(data=data)))
+
+    async def trailer(self, meta: ValuesMap) -> None:
+        self.trailer_sent = True
+        await self._peer.write(Response(trailer=Response.Trailer(meta=meta)))
+
+
+class Gateway:
+    """Serves routed calls from tunnels in ``registry``."""
+
+    def __init__(self, registry: TunnelRegistry) -> None:
+        self._registry = registry
+
+    async def serve(self, full_method: str, metadata: MetadataIn | None, peer: RoutingPeer) -> None:
+        """Serve one routed call end to end.
+
+        Raises:
+            GatewayError: INVALID_ARGUMENT for bad routing metadata or a bad first frame,
+                UNAVAILABLE when kas is shutting down, DEADLINE_EXCEEDED when the routing kas does not claim the
+                reserved tunnel within :data:`START_STREAMING_TIMEOUT_S`.
+        """
+        try:
+            agent_id = routing_agent_id(metadata)
+            service, method = split_method(full_method)
+            handle = self._registry.find(agent_id, service, method)
+        except RoutingMetadataError as exc:
+            raise GatewayError(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
+        except RegistryStopped as exc:
+            raise GatewayError(grpc.StatusCode.UNAVAILABLE, str(exc)) from exc
+        try:
+            if not handle.found_now:
+                await peer.write(Response(no_tunnel=Response.NoTunnel()))
+            try:
+                await handle.get()
+            except RegistryStopped as exc:
+                raise GatewayError(grpc.StatusCode.UNAVAILABLE, str(exc)) from exc
+            await peer.write(Response(tunnel_ready=Response.TunnelReady()))
+            try:
+                first = await asyncio.wait_for(peer.read(), START_STREAMING_TIMEOUT_S)
+            except TimeoutError:
+                # A stalled routing kas must not hold the reserved tunnel: handle.done() gives it back.
+                raise GatewayError(
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"the routing kas sent no StartStreaming within {START_STREAMING_TIMEOUT_S:g} s of TunnelReady",
+                ) from None
+            if first is None:
+                return  # the routing kas picked another gateway; handle.done() gives the tunnel back
+            try:
+                kasapp_pb2.StartStreaming.FromString(first)
+            except Exception as exc:
+                raise GatewayError(grpc.StatusCode.INVALID_ARGUMENT, "expected StartStreaming") from exc
+            tunnel = handle.use()
+            await self._forward(tunnel, full_method, metadata, peer)
+        finally:
+            handle.done()
+
+    async def _forward(self, tunnel: Tunnel, full_method: str, metadata: MetadataIn | None, peer: RoutingPeer) -> None:
+        sink = _Sink(peer)
+        status: status_pb2.Status | None
+        try:
+            status = await tunnel.forward(full_method, forwardable(metadata), peer, sink)
+        except TunnelBroken as exc:
+            log.info("tunnel broke during forwarding: %s", exc.message, extra={"agent_id": tunnel.agent_id})
+            status = status_pb2.Status(code=exc.code.value[0], message=exc.message)
+            if sink.header_sent and not sink.trailer_sent:
+                await sink.trailer({})
+        if status is not None:
+            await peer.write(Response(error=Response.Error(status=status)))

@@ -1,0 +1,161 @@
+"""gRPC glue for routing: the private API catch-all (gateway role) and routed methods on the api listener.
+
+Both use raw-bytes stream handlers (no (de)serializers), the grpcio equivalent of upstream's raw codec
+(kas.md §1.7): frames of the routed call are never decoded. Unary methods are served as streams, which is
+the same on the wire (kas.md §2.2).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import grpc
+from google.rpc import status_pb2
+
+from tether.pb.gitlab.agent.kas import kasapp_pb2
+from tether.tool.grpc_meta import STATUS_DETAILS_KEY, Metadata, code_from_int, values_to_meta
+from tether.tunnel.server.gateway import Gateway, GatewayError
+from tether.tunnel.server.metadata import ROUTING_AGENT_ID_KEY, routing_agent_id
+from tether.tunnel.server.router import Router, RoutingError
+from tether.tunnel.server.tunnel import ValuesMap
+
+log = logging.getLogger(__name__)
+RawContext = grpc.aio.ServicerContext[bytes, bytes]
+
+
+class _ContextPeer:
+    """The routing kas as seen through the private API call's servicer context."""
+
+    def __init__(self, context: RawContext) -> None:
+        self._context = context
+
+    async def read(self) -> bytes | None:
+        data: Any = await self._context.read()
+        return None if data is grpc.aio.EOF else data
+
+    async def write(self, response: kasapp_pb2.GatewayKasResponse) -> None:
+        await self._context.write(response.SerializeToString())
+
+
+class PrivateApiHandler(grpc.GenericRpcHandler):
+    """Serves every method on the private API by following ``kas-hop-routing-agent-id`` to a tunnel."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self._gateway = gateway
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler[Any, Any] | None:
+        """Return a raw stream handler for any method name."""
+        full_method = handler_call_details.method
+
+        async def handle(_requests: Any, context: RawContext) -> None:
+            try:
+                await self._gateway.serve(full_method, context.invocation_metadata(), _ContextPeer(context))
+            except GatewayError as exc:
+                await exc.abort(context)
+
+        return grpc.stream_stream_rpc_method_handler(handle)
+
+
+class ServicerCaller:
+    """The original call on a kas listener, as a :class:`~tether.tunnel.server.router.CallerSide`.
+
+    Args:
+        context: the servicer context of a raw-bytes stream handler.
+        first: request messages already read (e.g. to find the agent id), replayed before the rest.
+    """
+
+    def __init__(self, context: RawContext, first: list[bytes] | None = None) -> None:
+        self._context = context
+        self._pending = list(first or [])
+        self._eof = False
+        self.trailer: Metadata = ()
+
+    async def read(self) -> bytes | None:
+        """Next raw request message, or None after the caller's half-close."""
+        if self._pending:
+            return self._pending.pop(0)
+        if self._eof:
+            return None
+        data: Any = await self._context.read()
+        if data is grpc.aio.EOF:
+            self._eof = True
+            return None
+        return bytes(data)
+
+    async def send_header(self, meta: ValuesMap) -> None:
+        """Send agentk's headers as this call's initial metadata."""
+        await self._context.send_initial_metadata(values_to_meta(meta))
+
+    async def write(self, data: bytes) -> None:
+        """Send one raw response message."""
+        await self._context.write(data)
+
+    async def set_trailer(self, meta: ValuesMap) -> None:
+        """Keep agentk's trailers for the end of the call."""
+        self.trailer = values_to_meta(meta)
+        self._context.set_trailing_metadata(self.trailer)
+
+    async def finish(self, status: status_pb2.Status | None) -> None:
+        """End the call with agentk's status (details travel in ``grpc-status-details-bin``)."""
+        if status is None or status.code == 0:
+            return
+        trailer = self.trailer
+        if status.details:
+            trailer = (*trailer, (STATUS_DETAILS_KEY, status.SerializeToString()))
+        await self._context.abort(code_from_int(status.code), status.message, trailer)
+
+
+#: Extracts the destination agent id from a method's first request message; raises ValueError if absent.
+AgentIdFromRequest = Callable[[bytes], int]
+
+
+class RoutedApiHandler(grpc.GenericRpcHandler):
+    """Routes calls on a kas listener to agents (seed 001 "High level schema").
+
+    Methods in ``methods`` name their agent in the request message (e.g. ``GetPodsRequest.agent_id``).
+    Any other method is routed when the caller names the agent in ``kas-hop-routing-agent-id`` metadata,
+    so the hub can call every agent API as if agentk were a plain gRPC server (a Tether addition; upstream
+    reaches that generic entry point only from inside kas).
+
+    Args:
+        router: the routing kas.
+        methods: full method name to a function that reads the agent id from the first request message.
+    """
+
+    def __init__(self, router: Router, methods: Mapping[str, AgentIdFromRequest]) -> None:
+        self._router = router
+        self._methods = dict(methods)
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler[Any, Any] | None:
+        """Return a raw stream handler for the configured methods, None for others."""
+        full_method = handler_call_details.method
+        agent_id_of = self._methods.get(full_method)
+        metadata = handler_call_details.invocation_metadata or ()
+        if agent_id_of is None and not any(k == ROUTING_AGENT_ID_KEY for k, _ in metadata):
+            return None
+
+        async def handle(_requests: Any, context: RawContext) -> None:
+            first: list[bytes] = []
+            try:
+                if agent_id_of is None:
+                    agent_id = routing_agent_id(context.invocation_metadata())
+                else:
+                    message: Any = await context.read()
+                    if message is grpc.aio.EOF:
+                        raise ValueError("request message expected")
+                    first.append(message)
+                    agent_id = agent_id_of(message)
+            except ValueError as exc:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            caller = ServicerCaller(context, first)
+            try:
+                status = await self._router.route(
+                    agent_id, full_method, context.invocation_metadata(), caller, context.time_remaining()
+                )
+            except RoutingError as exc:
+                await exc.abort(context)
+            await caller.finish(status)
+
+        return grpc.stream_stream_rpc_method_handler(handle)

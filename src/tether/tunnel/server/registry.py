@@ -1,0 +1,254 @@
+"""kas' tunnel registry: idle tunnels by agent id and the requests waiting for one (kas.md §1.6).
+
+A tunnel serves one call and is then retired. ``find`` hands out an idle tunnel that advertises the
+requested method, or waits until one registers. The tunnel tracker in Redis (or memory) learns that this
+kas holds tunnels of an agent on the agent's first tunnel, and forgets it 5 s after the agent's last idle
+tunnel is gone unless a new one arrives first (agentk reconnects at once after each call).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import grpc
+
+from tether.tunnel.server.tunnel import Tunnel, TunnelState
+
+log = logging.getLogger(__name__)
+UNREGISTRATION_DELAY_S = 5.0
+
+
+class TunnelTrackerLike(Protocol):
+    """Where kas records that it holds tunnels of an agent (kas.md §3.2)."""
+
+    async def register(self, agent_id: int) -> None:
+        """Record this kas as holding tunnels of ``agent_id``."""
+
+    async def unregister(self, agent_id: int) -> None:
+        """Forget that this kas holds tunnels of ``agent_id``."""
+
+
+class RegistryStopped(Exception):
+    """The registry is shutting down; waiting callers get UNAVAILABLE "kas is shutting down"."""
+
+
+@dataclass(eq=False)
+class _Waiter:
+    agent_id: int
+    service: str
+    method: str
+    future: asyncio.Future[Tunnel] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+class FindHandle:
+    """A request for a tunnel of one agent that serves ``service``/``method``.
+
+    Attributes:
+        found_now: True when an idle tunnel was available at once (the gateway then skips ``NoTunnel``).
+    """
+
+    def __init__(self, registry: TunnelRegistry, waiter: _Waiter, found_now: bool) -> None:
+        self._registry = registry
+        self._waiter = waiter
+        self.found_now = found_now
+        self._used = False
+
+    async def get(self) -> Tunnel:
+        """Wait for the tunnel; cancel the awaiting task (or use a timeout around it) to give up.
+
+        Raises:
+            RegistryStopped: the registry stopped while waiting.
+        """
+        return await asyncio.shield(self._waiter.future)
+
+    def use(self) -> Tunnel:
+        """Claim the delivered tunnel for forwarding; it will not return to the registry."""
+        self._used = True
+        return self._waiter.future.result()
+
+    def done(self) -> None:
+        """Release the request: stop waiting, and give back a delivered tunnel that was not used."""
+        self._registry._release(self._waiter, self._used)
+
+
+class TunnelRegistry:
+    """Idle tunnels and waiting find requests of every agent connected to this kas.
+
+    Args:
+        tracker: receives (un)registrations of this kas for an agent; None for none.
+        unregistration_delay_s: grace before forgetting an agent whose last idle tunnel is gone.
+    """
+
+    def __init__(
+        self, tracker: TunnelTrackerLike | None, unregistration_delay_s: float = UNREGISTRATION_DELAY_S
+    ) -> None:
+        self._tracker = tracker
+        self._delay_s = unregistration_delay_s
+        self._idle: dict[int, list[Tunnel]] = {}
+        self._waiters: dict[int, list[_Waiter]] = {}
+        self._tracked: set[int] = set()
+        self._unregister_timers: dict[int, asyncio.TimerHandle] = {}
+        self._background: set[asyncio.Task[None]] = set()
+        self._stopped = False
+        #: Called with (agent_id) whenever a tunnel of that agent becomes idle here; used for metrics/tests.
+        self.on_tunnel: Callable[[int], None] | None = None
+
+    # ---- tunnels (called by the Connect handler) -------------------------------------------------
+
+    async def handle_tunnel(self, tunnel: Tunnel, max_age_s: float) -> tuple[grpc.StatusCode, str] | None:
+        """Register ``tunnel`` and block until it is finished; return the status its Connect RPC ends with.
+
+        The tunnel is dropped at once when the Connect RPC is cancelled (agentk disconnected). When
+        ``max_age_s`` passes while it is idle it is retired with OK so agentk reconnects on a fresh
+        connection; a tunnel already forwarding is waited for.
+        """
+        if self._stopped:
+            return (grpc.StatusCode.UNAVAILABLE, "kas is shutting down")
+        self._add(tunnel)
+        try:
+            return await asyncio.wait_for(asyncio.shield(tunnel.finished), timeout=max_age_s)
+        except TimeoutError:
+            if tunnel.state is TunnelState.READY:
+                self._remove_idle(tunnel)
+                tunnel.retire()
+            return await tunnel.finished
+        finally:
+            if tunnel.state is TunnelState.READY:  # cancelled while idle: agentk went away
+                self._remove_idle(tunnel)
+                tunnel.retire()
+
+    def _add(self, tunnel: Tunnel) -> None:
+        tunnel.state = TunnelState.READY
+        for waiter in self._waiters.get(tunnel.agent_id, []):
+            if tunnel.supports(waiter.service, waiter.method) and not waiter.future.done():
+                self._waiters[tunnel.agent_id].remove(waiter)
+                tunnel.state = TunnelState.FOUND
+                waiter.future.set_result(tunnel)
+                return
+        self._idle.setdefault(tunnel.agent_id, []).append(tunnel)
+        self._cancel_unregistration(tunnel.agent_id)
+        if tunnel.agent_id not in self._tracked:
+            self._tracked.add(tunnel.agent_id)
+            self._spawn(self._io("register", tunnel.agent_id))
+        if self.on_tunnel is not None:
+            self.on_tunnel(tunnel.agent_id)
+
+    def _remove_idle(self, tunnel: Tunnel) -> None:
+        tunnels = self._idle.get(tunnel.agent_id)
+        if tunnels is None or tunnel not in tunnels:
+            return
+        tunnels.remove(tunnel)
+        if not tunnels:
+            del self._idle[tunnel.agent_id]
+            self._schedule_unregistration(tunnel.agent_id)
+
+    # ---- find (called by the gateway) --------------------------------------------------------------
+
+    def find(self, agent_id: int, service: str, method: str) -> FindHandle:
+        """Reserve an idle tunnel of ``agent_id`` serving ``service``/``method``, or queue a wait for one.
+
+        Raises:
+            RegistryStopped: the registry is shutting down.
+        """
+        if self._stopped:
+            raise RegistryStopped("kas is shutting down")
+        waiter = _Waiter(agent_id, service, method)
+        # Newest first: agentk may close its oldest extra idle tunnels, so those are the riskiest to hand out.
+        for tunnel in reversed(self._idle.get(agent_id, [])):
+            if tunnel.supports(service, method):
+                self._remove_idle(tunnel)
+                tunnel.state = TunnelState.FOUND
+                waiter.future.set_result(tunnel)
+                return FindHandle(self, waiter, found_now=True)
+        self._waiters.setdefault(agent_id, []).append(waiter)
+        return FindHandle(self, waiter, found_now=False)
+
+    def _release(self, waiter: _Waiter, used: bool) -> None:
+        waiters = self._waiters.get(waiter.agent_id)
+        if waiters is not None and waiter in waiters:
+            waiters.remove(waiter)
+            if not waiters:
+                del self._waiters[waiter.agent_id]
+        if not waiter.future.done():
+            waiter.future.cancel()
+        elif not waiter.future.cancelled() and waiter.future.exception() is None and not used:
+            tunnel = waiter.future.result()
+            if tunnel.state is TunnelState.FOUND and not self._stopped:
+                self._add(tunnel)  # not used: back to the registry for the next caller
+            elif tunnel.state is TunnelState.FOUND:
+                tunnel.retire()
+
+    # ---- Redis bookkeeping -------------------------------------------------------------------------
+
+    def _schedule_unregistration(self, agent_id: int) -> None:
+        if agent_id not in self._tracked or agent_id in self._unregister_timers:
+            return
+        loop = asyncio.get_running_loop()
+        self._unregister_timers[agent_id] = loop.call_later(self._delay_s, self._unregister_now, agent_id)
+
+    def _cancel_unregistration(self, agent_id: int) -> None:
+        timer = self._unregister_timers.pop(agent_id, None)
+        if timer is not None:
+            timer.cancel()
+
+    def _unregister_now(self, agent_id: int) -> None:
+        self._unregister_timers.pop(agent_id, None)
+        if agent_id in self._idle or agent_id not in self._tracked:
+            return
+        self._tracked.discard(agent_id)
+        self._spawn(self._io("unregister", agent_id))
+
+    async def _io(self, action: str, agent_id: int) -> None:
+        if self._tracker is None:
+            return
+        try:
+            await getattr(self._tracker, action)(agent_id)
+        except Exception:
+            # The periodic tracker refresh re-writes registrations, so a failed write heals itself.
+            log.exception("tunnel tracker %s failed", action, extra={"agent_id": agent_id})
+
+    def _spawn(self, coro: object) -> None:
+        # Redis I/O must not be lost when the request that triggered it is cancelled (kas.md §1.6).
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # ---- introspection and shutdown ----------------------------------------------------------------
+
+    def idle_count(self, agent_id: int | None = None) -> int:
+        """Number of idle tunnels (of one agent, or of all)."""
+        if agent_id is not None:
+            return len(self._idle.get(agent_id, []))
+        return sum(len(t) for t in self._idle.values())
+
+    def waiting_count(self) -> int:
+        """Number of find requests waiting for a tunnel."""
+        return sum(len(w) for w in self._waiters.values())
+
+    def tracked_agents(self) -> set[int]:
+        """Agents this kas has registered in the tunnel tracker."""
+        return set(self._tracked)
+
+    async def stop(self) -> None:
+        """Shut down (kas.md §1.6 Stop): fail waiters, retire idle tunnels with OK, flush pending I/O."""
+        self._stopped = True
+        for waiters in self._waiters.values():
+            for waiter in waiters:
+                if not waiter.future.done():
+                    waiter.future.set_exception(RegistryStopped("kas is shutting down"))
+        self._waiters.clear()
+        for tunnels in self._idle.values():
+            for tunnel in tunnels:
+                tunnel.retire()
+        self._idle.clear()
+        for timer in self._unregister_timers.values():
+            timer.cancel()
+        self._unregister_timers.clear()
+        if self._background:
+            with contextlib.suppress(Exception):
+                await asyncio.wait(set(self._background), timeout=5.0)
