@@ -1,6 +1,6 @@
 """The Graph API honours the proxy's authorization (issue 9 item 1): real hub, kas, agentk, cluster and kubectl.
 
-Agent ``rbac`` is configured with ``user_access: access_as: user``; developer ``alice`` is bound by RBAC to
+The agent is configured with ``user_access: access_as: user``; developer ``alice`` is bound by RBAC to
 read ConfigMaps in one namespace only. Through kas' ``/graph`` she sees exactly what ``kubectl get`` through
 the same kas shows her, although agentk's own identity (cluster admin) sees every namespace and Secret.
 """
@@ -16,8 +16,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.e2e.test_k8s_proxy_session import wait_for_tunnel
-from tests.fixtures.hub import HubLauncher, RealHub
+from tests.e2e.test_k8s_proxy_session import register_agent, wait_for_tunnel
+from tests.fixtures.hub import HubLauncher
 from tests.fixtures.k8s import Kubectl
 from tests.fixtures.system import KasProc, System
 from tests.graph.harness import GraphModel, include
@@ -61,25 +61,6 @@ def namespaces(kubectl: Kubectl) -> Iterator[tuple[str, str]]:
             kubectl.run("delete", "namespace", name, "--wait=false", check=False)
 
 
-def register_user_access_agent(hub: RealHub) -> tuple[int, str, str]:
-    """Project ``root/graphs`` with agent ``rbac`` (``access_as: user``) and developer ``alice``; returns
-    (agent id, agent token, alice's ``k8s_proxy`` token)."""
-    admin = hub.api()
-    project = admin.post("/projects", json={"name": "graphs"}).json()
-    agents = f"/projects/{project['id']}/cluster_agents"
-    agent = admin.post(agents, json={"name": "rbac"}).json()
-    agent_token = admin.post(f"{agents}/{agent['id']}/tokens", json={"name": "agentk"}).json()["token"]
-    configuration = (
-        f"user_access:\n  access_as:\n    user: {{}}\n  projects:\n  - id: {project['path_with_namespace']}\n"
-    )
-    response = admin.put(f"{agents}/{agent['id']}/configuration", content=configuration.encode())
-    assert response.status_code == 200, response.text
-    alice_id, alice_token = hub.user("alice", ("k8s_proxy",))
-    member = admin.post(f"/projects/{project['id']}/members", json={"user_id": alice_id, "access_level": 30})
-    assert member.status_code == 201, member.text
-    return int(agent["id"]), agent_token, alice_token
-
-
 async def graph_of(kas: KasProc, token: str, request: dict[str, object]) -> GraphModel:
     """The graph a WebSocket client of ``kas`` receives until the initial state has settled."""
     assert kas.k8s_proxy_ca is not None
@@ -121,7 +102,7 @@ async def test_a_user_limited_to_one_namespace_sees_only_its_objects(
     system = System(tmp_path / "system", hub, private_secret_file, k8s_cluster.kubeconfig, redis_server, proxy_tls)  # type: ignore[arg-type]
     try:
         kas = system.kas()
-        agent_id, agent_token, alice_token = register_user_access_agent(hub)
+        agent_id, agent_token, alice_token = register_agent(hub, "user")
         system.agentk(agent_token, kas)
         await wait_for_tunnel(system, kas, agent_id)
         token = f"pat:{agent_id}:{alice_token}"

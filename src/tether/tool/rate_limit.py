@@ -9,6 +9,7 @@ must not lock every agent out) and counts the failure in ``tether_rate_limit_sto
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 from limits import RateLimitItem, RateLimitItemPerMinute
 from limits.aio.storage import MemoryStorage, Storage
@@ -67,20 +68,16 @@ class RateLimiter:
             limit: e.g. :func:`per_minute` (40000).
             key: what is limited, e.g. a token digest in hex or a source address.
         """
-        try:
-            allowed = await self._limiter.hit(limit, name, key)
-        except Exception as exc:
-            _STORAGE_ERRORS.inc()
-            log.warning("rate limit storage failed, letting the request through: %r", exc)
-            return True
-        if not allowed:
-            RATE_LIMITED.labels(limit=name).inc()
-        return allowed
+        return await self._check(self._limiter.hit, name, limit, key)
 
     async def allows(self, name: str, limit: RateLimitItem, key: str) -> bool:
         """Whether ``key`` is under ``limit``, without counting a hit (check first; :meth:`hit` on failure)."""
+        return await self._check(self._limiter.test, name, limit, key)
+
+    @staticmethod
+    async def _check(check: Callable[..., Awaitable[bool]], name: str, limit: RateLimitItem, key: str) -> bool:
         try:
-            allowed = await self._limiter.test(limit, name, key)
+            allowed = await check(limit, name, key)
         except Exception as exc:
             _STORAGE_ERRORS.inc()
             log.warning("rate limit storage failed, letting the request through: %r", exc)
