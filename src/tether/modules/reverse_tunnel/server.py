@@ -68,7 +68,7 @@ class ReverseTunnelServicer(rpc_pb2_grpc.ReverseTunnelServicer):
         """Handle one tunnel for its whole life; see the module docstring."""
         try:
             agent = await self._auth.authenticate(context.invocation_metadata())
-            with self._auth.hold(context.invocation_metadata()), self._count(agent.agent_id, context.peer()):
+            with self._auth.hold(context.invocation_metadata()):  # a revoked token's tunnels are cancelled
                 await self._serve(agent.agent_id, context)
         except AuthError as exc:
             await exc.abort(context)
@@ -114,7 +114,9 @@ class ReverseTunnelServicer(rpc_pb2_grpc.ReverseTunnelServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "descriptor advertises no services")
         tunnel = Tunnel(agent_id, first.descriptor.agent_descriptor, context)
         age_s = self._max_age_s * random.uniform(0.95, 1.0)
-        status = await self._registry.handle_tunnel(tunnel, age_s)
+        # Counted once the descriptor is read: a refusal then reaches agentk as its status, not as a failed write.
+        with self._count(agent_id, context.peer()):
+            status = await self._registry.handle_tunnel(tunnel, age_s)
         if status is not None and status[0] is not grpc.StatusCode.OK:
             await context.abort(status[0], status[1])
 
