@@ -1,14 +1,15 @@
 """Simulate many agents against one kas: per agent one GetConfiguration stream and two idle tunnels.
 
-Usage: ``python bench/sim_agents.py <kas agent host:port> <token prefix> <count>``; tokens are
-``<prefix><i>`` for i in 0..count-1. Runs until stdin closes.
+Usage: ``python bench/sim_agents.py <kas agent host:port> <token prefix> <count> [agents per connection]``;
+tokens are ``<prefix><i>`` for i in 0..count-1. Runs until stdin closes, then prints ``ended <JSON>``: how
+many streams ended and were re-opened during the run, by status.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
-from collections.abc import AsyncIterator
 
 import grpc
 import uvloop
@@ -19,6 +20,7 @@ from tether.pb.gitlab.agent.entity.entity_pb2 import AgentMeta
 from tether.pb.gitlab.agent.reverse_tunnel.info import info_pb2
 from tether.pb.gitlab.agent.reverse_tunnel.rpc import rpc_pb2 as tunnel_pb2
 from tether.pb.gitlab.agent.reverse_tunnel.rpc import rpc_pb2_grpc as tunnel_grpc
+from tether.tool.grpc_stream import CallWriter
 
 #: Real agents each have their own connection; ten per connection keeps the simulator process small.
 AGENTS_PER_CHANNEL = 10
@@ -31,24 +33,24 @@ DESCRIPTOR = tunnel_pb2.ConnectRequest(
 )
 
 
-async def tunnel_requests(stop: asyncio.Event) -> AsyncIterator[tunnel_pb2.ConnectRequest]:
-    yield DESCRIPTOR
-    await stop.wait()
-
-
 ENDED: dict[str, int] = {}
 
 
 async def keep_tunnel(
     stub: tunnel_grpc.ReverseTunnelStub, metadata: tuple[tuple[str, str], ...], stop: asyncio.Event
 ) -> None:
-    """One idle tunnel, re-opened whenever kas ends it, as agentk's pool does."""
+    """One idle tunnel, re-opened whenever kas ends it, as agentk's pool does.
+
+    The descriptor goes through :class:`~tether.tool.grpc_stream.CallWriter`, as in agentk: a write racing the
+    stream's end must not hide the status kas ended it with.
+    """
     while not stop.is_set():
-        call = stub.Connect(tunnel_requests(stop), metadata=metadata)
+        call = stub.Connect(metadata=metadata)
         try:
-            async for _ in call:
+            await CallWriter(call).write(DESCRIPTOR.SerializeToString())
+            while await call.read() is not grpc.aio.EOF:
                 pass
-            reason = "OK"
+            reason = (await call.code()).name
         except grpc.aio.AioRpcError as exc:
             reason = exc.code().name
             if reason not in ENDED:
@@ -81,7 +83,8 @@ async def main() -> None:
     target, prefix, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
     stop = asyncio.Event()
     options = [("grpc.keepalive_time_ms", 55_000), ("grpc.keepalive_permit_without_calls", 1)]
-    count_channels = max(1, count // AGENTS_PER_CHANNEL)
+    per_channel = int(sys.argv[4]) if len(sys.argv) > 4 else AGENTS_PER_CHANNEL
+    count_channels = max(1, count // per_channel)
     channels = [
         grpc.aio.insecure_channel(target, options=[*options, ("grpc.channel_id", i)]) for i in range(count_channels)
     ]
@@ -104,6 +107,7 @@ async def main() -> None:
         holder.cancel()
     await asyncio.gather(*holders, return_exceptions=True)
     print(f"streams ended and re-opened during the run: {ENDED}", file=sys.stderr, flush=True)
+    print("ended " + json.dumps(ENDED), flush=True)
 
 
 if __name__ == "__main__":

@@ -10,4 +10,5 @@ pytest_plugins = [
     "tests.fixtures.k8s",
     "tests.fixtures.hub",
     "tests.fixtures.system",
+    "tests.fixtures.bulk_endpoint",
 ]

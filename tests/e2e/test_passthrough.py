@@ -19,6 +19,7 @@ from google.rpc import status_pb2
 from tests.fixtures.hub import RealHub
 from tests.fixtures.system import KasProc, System
 from tether.agentk.embedded import EmbeddedAgent
+from tether.tool.grpc_stream import CallWriter
 from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_GITLAB, mint
 
 pytestmark = pytest.mark.redis
@@ -37,6 +38,12 @@ class Probe:
         async for request in requests:
             yield request[::-1]
         context.set_trailing_metadata((("x-agent-trailer", "bye"),))
+
+    async def early(self, requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
+        """Answers the first request and ends the call without reading the rest (a server may)."""
+        async for _request in requests:
+            yield b"answered"
+            return
 
     async def fail(self, request: bytes, context: Any) -> bytes:
         detail = any_pb2.Any()
@@ -67,6 +74,7 @@ async def probe_path(system: System, kas_hub: RealHub) -> AsyncIterator[tuple[Ka
         SERVICE,
         {
             "Chat": grpc.stream_stream_rpc_method_handler(probe.chat),
+            "Early": grpc.stream_stream_rpc_method_handler(probe.early),
             "Fail": grpc.unary_unary_rpc_method_handler(probe.fail),
             "Hang": grpc.unary_unary_rpc_method_handler(probe.hang),
         },
@@ -140,3 +148,27 @@ async def test_caller_cancellation_reaches_the_agent(probe_path: tuple[KasProc, 
         with pytest.raises(asyncio.CancelledError):
             await call
     await asyncio.wait_for(probe.cancelled.wait(), 10)
+
+
+async def test_agent_ending_before_the_last_request_is_not_internal(
+    probe_path: tuple[KasProc, Probe], kas_hub: RealHub
+) -> None:
+    """Issue 9: writes racing the end of a call turned it into ``INTERNAL: ... Failed "execute_batch"``.
+
+    The agent's server answers the first request and ends; the requests still in flight through kas and
+    agentk must be dropped, and the caller must get the agent's answer with status OK, every time.
+    """
+    kas1, _probe = probe_path
+    codes: dict[str, int] = {}
+    async with grpc.aio.insecure_channel(kas1.api_target) as channel:
+        for _ in range(20):
+            call: Any = channel.stream_stream(f"/{SERVICE}/Early")(metadata=metadata(kas_hub), timeout=30)
+            writer = CallWriter(call)
+            for _message in range(8):
+                await writer.write(b"r" * 4096)
+            await writer.done_writing()
+            answers = [message async for message in call]
+            code = await call.code()
+            codes[code.name] = codes.get(code.name, 0) + 1
+            assert answers == [b"answered"], (code, await call.details())
+    assert codes == {"OK": 20}

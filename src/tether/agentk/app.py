@@ -10,11 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import logging
 import signal
-import sys
-from collections.abc import MutableMapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import grpc
 import structlog
@@ -33,6 +30,8 @@ from tether.modshared.supervisor import ModuleSupervisor
 from tether.modules.agent_configuration.agent import ConfigurationWatcher, build_agent_meta
 from tether.pb.gitlab.agent.agentcfg import agentcfg_pb2
 from tether.tool.http_server import SafeAppRunner
+from tether.tool.logs import set_process_fields, setup_logging
+from tether.tool.supervisor import supervise
 from tether.tunnel.agent.connection import ConnectedTunnels, TunnelConnection
 from tether.tunnel.agent.pool import ConnectionPool, PooledConnection, TunnelListener
 
@@ -44,43 +43,13 @@ _log = structlog.get_logger(__name__)
 KUBE_VERSION_TIMEOUT_S = 10.0
 
 
-class _LogContext:
-    """structlog processor adding process-wide fields (``agent_id`` once known) to every event."""
-
-    def __init__(self) -> None:
-        self.fields: dict[str, Any] = {}
-
-    def __call__(self, _logger: Any, _method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
-        for key, value in self.fields.items():
-            event.setdefault(key, value)
-        return event
-
-
-_log_context = _LogContext()
-
-
 def configure_logging(level: str = "info") -> None:
-    """Log one JSON object per line to stderr, with level, ISO timestamp and ``agent_id`` where known.
+    """Log one JSON object per line to stderr (the processes' one set-up, :mod:`tether.tool.logs`).
 
     Raises:
         ValueError: unknown ``level``.
     """
-    numeric = logging.getLevelName(level.upper())
-    if not isinstance(numeric, int):
-        raise ValueError(f"unknown log level {level!r}")
-    structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            _log_context,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(),
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-        cache_logger_on_first_use=True,
-    )
+    setup_logging(level)
 
 
 class AgentkApp:
@@ -160,8 +129,11 @@ class AgentkApp:
 
             agent_meta = build_agent_meta(await _kube_version(kube))
             self._watcher = ConfigurationWatcher(kas_channel, agent_meta, self._on_configuration, metadata=metadata)
-            watcher_task = asyncio.create_task(self._watcher.run(), name="configuration-watcher")
+            watcher = self._watcher
+            # The watcher retries on its own; a crash of the loop itself is logged and restarted (issue 9).
+            watcher_task = asyncio.create_task(supervise("configuration-watcher", watcher.run), name="config-watcher")
             stack.push_async_callback(_cancel_and_wait, watcher_task)
+            set_process_fields(kas_url=config.kas.target)
             _log.info("agentk_started", version=__version__, kas=config.kas.target, pod=agent_meta.pod_name)
 
             await stop.wait()
@@ -170,7 +142,7 @@ class AgentkApp:
 
     def _on_configuration(self, configuration: agentcfg_pb2.AgentConfiguration) -> None:
         # kas.md §6.3 "Apply": every module that subscribed sees each new configuration.
-        _log_context.fields["agent_id"] = configuration.agent_id
+        set_process_fields(agent_id=configuration.agent_id)
         if self._api is not None:
             for callback in self._api.configuration_callbacks:
                 callback(configuration)

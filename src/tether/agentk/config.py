@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from tether.tool.backoff import channel_reconnect_options
+from tether.tool.grpc_stream import BOUNDED_WINDOW_OPTIONS
+
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
     "KEEPALIVE_TIME_S",
@@ -97,7 +100,7 @@ class AgentkConfig:
         return (("authorization", f"Bearer {self.token}"), *self.kas_headers)
 
     def channel_options(self) -> list[tuple[str, Any]]:
-        """``grpc.aio`` channel options for kas: keepalive 55 s also without calls (§8.3), message limits."""
+        """``grpc.aio`` channel options for kas: keepalive 55 s (§8.3), message limits, reconnect backoff <= 2 s."""
         return [
             ("grpc.keepalive_time_ms", int(KEEPALIVE_TIME_S * 1000)),
             ("grpc.keepalive_permit_without_calls", 1),
@@ -106,6 +109,8 @@ class AgentkConfig:
             ("grpc.lb_policy_name", "round_robin"),
             ("grpc.max_receive_message_length", self.max_receive_message_bytes),
             ("grpc.max_send_message_length", self.max_send_message_bytes),
+            *channel_reconnect_options(),
+            *BOUNDED_WINDOW_OPTIONS,
         ]
 
 

@@ -15,6 +15,8 @@ import grpc
 from grpc import aio
 
 from tether.modagent.internal_server import InternalServer
+from tether.tool.backoff import channel_reconnect_options
+from tether.tool.grpc_stream import BOUNDED_WINDOW_OPTIONS
 from tether.tunnel.agent.connection import ConnectedTunnels, TunnelConnection
 from tether.tunnel.agent.pool import ConnectionPool, PoolLimits, TunnelListener
 
@@ -61,7 +63,10 @@ class EmbeddedAgent:
     async def start(self) -> None:
         """Start the internal server and the tunnel pool."""
         await self.internal.start()
-        self._kas_channel = aio.insecure_channel(self.kas_target, options=[("grpc.lb_policy_name", "round_robin")])
+        self._kas_channel = aio.insecure_channel(
+            self.kas_target,
+            options=[("grpc.lb_policy_name", "round_robin"), *channel_reconnect_options(), *BOUNDED_WINDOW_OPTIONS],
+        )
         descriptor = self.internal.descriptor()
         metadata = (("authorization", f"Bearer {self.token}"),)
         channel = self._kas_channel

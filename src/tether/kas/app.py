@@ -16,7 +16,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import grpc
@@ -40,10 +40,13 @@ from tether.pb.gitlab.agent.event.event_pb2 import TunnelsAvailable
 from tether.pb.gitlab.agent.kas.instance_pb2 import KasInstanceInfo
 from tether.tool.events import EventBus
 from tether.tool.expiring_hash import HashBackend
+from tether.tool.grpc_stream import BOUNDED_WINDOW_OPTIONS
 from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_GITLAB, ISSUER_KAS, JwtServerInterceptor, JwtVerifier
+from tether.tool.logs import set_process_fields
 from tether.tool.memory_backend import MemoryBackend
 from tether.tool.rate_limit import RateLimiter
 from tether.tool.secrets import SecretError, load_base64_secret
+from tether.tool.supervisor import supervise
 from tether.tunnel.server.gateway import Gateway
 from tether.tunnel.server.grpc_handlers import PrivateApiHandler, RoutedApiHandler
 from tether.tunnel.server.kas_pool import KasPool
@@ -87,8 +90,13 @@ def _redis_backend(config: KasConfig) -> HashBackend:
         return MemoryBackend()
     from tether.tool.redis_backend import RedisBackend  # noqa: PLC0415 (redis-py only when configured)
 
+    cfg = config.redis
     return RedisBackend.from_url(
-        url, dial_timeout_s=config.redis.dial_timeout, write_timeout_s=config.redis.write_timeout
+        url,
+        dial_timeout_s=cfg.dial_timeout,
+        write_timeout_s=cfg.write_timeout,
+        pool_size=cfg.pool_size,
+        pool_timeout_s=cfg.pool_timeout,
     )
 
 
@@ -118,6 +126,7 @@ def _server_options(max_message_size: int, max_connection_age_s: float) -> list[
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.max_connection_age_ms", int(max_connection_age_s * 0.2 * 1000)),
         ("grpc.max_connection_age_grace_ms", int(max_connection_age_s * 0.65 * 1000)),
+        *BOUNDED_WINDOW_OPTIONS,
     ]
 
 
@@ -168,11 +177,18 @@ class KasApp:
         prefix = config.redis.key_prefix if config.redis else "gitlab-kas"
         agent = config.agent
         self.own_url = own_private_api_url(config)
+        set_process_fields(kas_url=self.own_url)
         self.backend = _redis_backend(config)
         self.rate_limiter = RateLimiter(_redis_url(config), f"{prefix}:rate_limit")
         self.events = EventBus(self.backend, prefix)
         self.tunnel_tracker = TunnelTracker(
-            self.backend, self.events, self.own_url, prefix, agent.redis_conn_info_ttl, agent.redis_conn_info_refresh
+            self.backend,
+            self.events,
+            self.own_url,
+            prefix,
+            agent.redis_conn_info_ttl,
+            agent.redis_conn_info_refresh,
+            agent.redis_conn_info_gc,
         )
         self.agent_tracker = AgentTracker(
             self.backend,
@@ -183,7 +199,7 @@ class KasApp:
             agent.redis_conn_info_gc,
         )
         self.instances = KasInstanceRegistry(
-            self.backend, prefix, agent.redis_conn_info_ttl, agent.redis_conn_info_refresh
+            self.backend, prefix, agent.redis_conn_info_ttl, agent.redis_conn_info_refresh, agent.redis_conn_info_gc
         )
         started_at = Timestamp()
         started_at.GetCurrentTime()
@@ -315,13 +331,18 @@ class KasApp:
             raise KasStartError(str(exc)) from exc
         for server in (self.agent_server, self.api_server, self.private_server):
             await server.start()
-        spawn = self.supervisor.spawn
-        spawn("events", self.events.run())
-        spawn("tunnel_tracker", self.tunnel_tracker.run())
-        spawn("agent_tracker", self.agent_tracker.run())
-        spawn("kas_instances", self.instances.run())
-        spawn("count_agents", self._count_agents())
-        spawn("rebuild_after_reconnect", self._rebuild_after_reconnect())
+        loops: dict[str, Callable[[], Awaitable[object]]] = {
+            "events": self.events.run,
+            "tunnel_tracker": self.tunnel_tracker.run,
+            "agent_tracker": self.agent_tracker.run,
+            "kas_instances": self.instances.run,
+            "count_agents": self._count_agents,
+            "rebuild_after_reconnect": self._rebuild_after_reconnect,
+            "close_unused_kas_channels": self._close_unused_channels,
+        }
+        for name, run in loops.items():
+            # A crashed loop is logged and restarted (issue 9), not only reported.
+            self.supervisor.spawn(name, supervise(name, run))
         with contextlib.suppress(Exception):
             await self.instances.register(self.instance_info)
         self._listening = True
@@ -341,6 +362,13 @@ class KasApp:
                 return_exceptions=True,
             )
             log.info("state re-written after reconnecting to Redis: %s", results)
+
+    async def _close_unused_channels(self) -> None:
+        # Channels to kas instances that left would otherwise stay open, reconnecting, forever.
+        while True:
+            await asyncio.sleep(30.0)
+            for url in await self.pool.close_unused():
+                log.info("closed the channel to kas %s: unused and not connected", url, extra={"kas_url": url})
 
     async def _count_agents(self) -> None:
         while True:

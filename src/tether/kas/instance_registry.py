@@ -10,6 +10,7 @@ Layout: hash ``<prefix>:kas_instances``; field = the kas' private API URL; paylo
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from google.protobuf.message import DecodeError
@@ -28,6 +29,7 @@ class KasInstanceRegistry:
         key_prefix: kascfg ``redis.key_prefix``.
         ttl_s: seconds an entry lives without refresh (300, like ``agent.redis_conn_info_ttl``).
         refresh_s: seconds between refreshes (240, like ``agent.redis_conn_info_refresh``).
+        gc_s: seconds between GC rounds deleting the expired entries of kas instances that died.
 
     Backend errors propagate from every method except :meth:`run`, which logs and retries.
     """
@@ -38,7 +40,9 @@ class KasInstanceRegistry:
         key_prefix: str = DEFAULT_KEY_PREFIX,
         ttl_s: float = 300,
         refresh_s: float = 240,
+        gc_s: float = 600,
     ) -> None:
+        self._gc_s = gc_s
         self._key = f"{key_prefix}:kas_instances".encode()
         self._refresh_s = refresh_s
         self._hash: ExpiringHash[None] = ExpiringHash(backend, ttl_s, lambda _: self._key)
@@ -76,6 +80,12 @@ class KasInstanceRegistry:
         """Delete this kas' entry (clean shutdown, seed 000); returns how many entries it owned."""
         return await self._hash.clear()
 
+    async def gc(self) -> int:
+        """Delete the expired entries (kas instances that died without clean-up); returns how many."""
+        return await self._hash.gc()
+
     async def run(self) -> None:
-        """Refresh every ``refresh_s`` seconds until cancelled; errors are logged and retried."""
-        await run_every(self._refresh_s, self.refresh, "kas instance registry refresh")
+        """Refresh every ``refresh_s`` and GC every ``gc_s`` seconds until cancelled; errors are logged, retried."""
+        async with asyncio.TaskGroup() as group:
+            group.create_task(run_every(self._refresh_s, self.refresh, "kas instance registry refresh"))
+            group.create_task(run_every(self._gc_s, self.gc, "kas instance registry GC"))

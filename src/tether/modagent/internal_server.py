@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
+import structlog
 from google.protobuf import descriptor_pool
 from grpc import aio
 
 from tether.pb.gitlab.agent.reverse_tunnel.info import info_pb2
+from tether.tool.grpc_stream import BOUNDED_WINDOW_OPTIONS
+from tether.tool.logs import REQUEST_ID_METADATA
 
 __all__ = ["InternalServer"]
 
@@ -40,8 +43,8 @@ class InternalServer:
     """
 
     def __init__(self, options: Sequence[tuple[str, Any]] = ()) -> None:
-        self._options = list(options)
-        self._server = aio.server(options=self._options)
+        self._options = [*options, *BOUNDED_WINDOW_OPTIONS]
+        self._server = aio.server(options=self._options, interceptors=[RequestIdInterceptor()])
         self._services: dict[str, list[str]] = {}
         self._directory: Path | None = None
         self._channel: aio.Channel | None = None
@@ -190,3 +193,19 @@ def _methods_from_pool(service_name: str) -> list[str]:
     except KeyError:
         return []
     return [method.name for method in service.methods]
+
+
+class RequestIdInterceptor(aio.ServerInterceptor):
+    """Binds the ``request_id`` kas sent in metadata to the log lines of the call (issue 9 item 6)."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        """Bind the request id for the handler, which runs in this same task."""
+        for key, value in handler_call_details.invocation_metadata or ():
+            if key == REQUEST_ID_METADATA and isinstance(value, str):
+                structlog.contextvars.bind_contextvars(request_id=value)
+                break
+        return await continuation(handler_call_details)

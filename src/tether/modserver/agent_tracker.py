@@ -97,7 +97,7 @@ class AgentTracker:
         await self._publish(AgentConnected(info=info))
 
     async def unregister_connection(self, info: ConnectedAgentInfo) -> None:
-        """HDEL the connection from both ``conn_by_*`` hashes and publish ``AgentDisconnected{info}``.
+        """HDEL the connection from both ``conn_by_*`` hashes in one transaction; publish ``AgentDisconnected{info}``.
 
         The ``connected_agents`` field is not deleted (another kas may hold a connection of that agent): it is
         only forgotten, and only when this kas has no other connection of the agent, so it expires by itself
@@ -105,8 +105,8 @@ class AgentTracker:
         """
         connection = str(info.connection_id)
         agent_key = self.agent_key(info.agent_id)
-        await self._hash.unset(agent_key, connection)
-        await self._hash.unset(self.project_key(info.project_id), connection)
+        # One transaction: a failure must not leave the connection listed under one of the two keys.
+        await self._hash.unset_many([(agent_key, connection), (self.project_key(info.project_id), connection)])
         if not self._hash.owned_fields(agent_key):
             self._hash.forget(self._connected_agents_key, str(info.agent_id))
         await self._publish(AgentDisconnected(info=info))

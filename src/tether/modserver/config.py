@@ -165,6 +165,8 @@ class RedisCF(_Section):
     password_file: Path | None = None
     database_index: int = Field(default=0, ge=0)
     network: Literal["tcp", "unix"] = "tcp"
+    pool_size: int = Field(default=256, ge=1)
+    pool_timeout: Duration = 5.0
 
 
 class ApiListenCF(ListenCF):

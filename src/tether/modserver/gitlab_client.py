@@ -15,6 +15,7 @@ import aiohttp
 
 from tether import __version__
 from tether.tool.jwt_auth import AUDIENCE_GITLAB, ISSUER_KAS, mint
+from tether.tool.logs import REQUEST_ID_HEADER, current_request_id
 
 JWT_HEADER = "Gitlab-Kas-Api-Request"
 AGENT_TOKEN_HEADER = "Gitlab-Agent-Api-Request"
@@ -121,6 +122,8 @@ class GitlabClient:
             "Accept": "application/json",
             "User-Agent": f"gitlab-kas/{__version__}/tether",
         }
+        if (request_id := current_request_id()) is not None:
+            headers[REQUEST_ID_HEADER] = request_id  # follow one request from kas into the hub's logs
         if agent_token is not None:
             headers["Authorization"] = f"Bearer {agent_token}"
             headers[AGENT_TOKEN_HEADER] = agent_token

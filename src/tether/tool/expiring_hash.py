@@ -33,6 +33,10 @@ DEFAULT_KEY_PREFIX = "gitlab-kas"  # kascfg redis.key_prefix default (kas.md §3
 
 # A GC transaction that keeps conflicting with writers is retried once, then left to the next round (kas.md §3.1).
 GC_ATTEMPTS = 2
+#: Keys per refresh transaction: two commands each (HSET, PEXPIRE), so a few hundred commands per pipeline.
+REFRESH_BATCH_KEYS = 150
+#: Attempts of a registration write before it is given up (and rolled back in memory).
+WRITE_ATTEMPTS = 3
 
 
 def prefixed_int64_key(prefix: bytes, value: int) -> bytes:
@@ -99,6 +103,10 @@ class HashBackend(Protocol):
         """HDEL ``fields`` from ``key``; missing fields or keys are not an error."""
         ...
 
+    async def delete_many(self, deletes: Sequence[tuple[bytes, Sequence[str]]]) -> None:
+        """HDEL the fields of several keys atomically (one ``MULTI/EXEC``); missing ones are not an error."""
+        ...
+
     async def scan(self, key: bytes) -> dict[str, bytes]:
         """Return every field of ``key`` with its raw stored value (HSCAN until cursor 0); ``{}`` if missing."""
         ...
@@ -127,7 +135,7 @@ class HashBackend(Protocol):
 
         ``on_subscribed`` is called each time the subscription is (re-)established, so callers know from when
         on messages are seen. The iterator survives backend errors (Redis: reconnects with backoff 0.1 s to
-        10 s, logging each failure, kas.md §3.5) and ends only when cancelled or when the backend is closed.
+        1 s, logging each failure; upstream 10 s, kas.md §3.5) and ends only when cancelled or the backend closed.
         """
         ...
 
@@ -177,6 +185,9 @@ class ExpiringHash(Generic[K]):
         self._clock = clock
         self._owned: dict[K, dict[str, bytes]] = {}
         self._lock = asyncio.Lock()
+        # Fields unset while a refresh runs: the refresh may have rewritten them and deletes them again.
+        self._refreshing = 0
+        self._unset_during_refresh: set[tuple[K, str]] = set()
 
     @property
     def ttl_s(self) -> float:
@@ -194,28 +205,65 @@ class ExpiringHash(Generic[K]):
     async def set_many(self, items: Iterable[tuple[K, str, bytes]]) -> None:
         """Own and write several ``(key_id, field, value)`` items in ONE transaction with one expiry (seed 000).
 
-        The items are recorded in memory first, so a failed write is repaired by the next :meth:`refresh`.
+        A failed write is retried (:data:`WRITE_ATTEMPTS` attempts with a short backoff, so an agent does not stay
+        unreachable from other kas until the next refresh); when every attempt fails, the items are given up in
+        memory too, so no registration that failed is refreshed forever (issue 9 item 3).
 
         Raises:
-            the backend's error when the write fails.
+            the backend's last error when every attempt failed.
         """
         entries = list(items)
         if not entries:
             return
         async with self._lock:
+            previous = [(key_id, field, self._owned.get(key_id, {}).get(field)) for key_id, field, _ in entries]
             for key_id, field, value in entries:
                 self._owned.setdefault(key_id, {})[field] = value
-            await self._write(entries, self._clock())
+                self._unset_during_refresh.discard((key_id, field))
+            try:
+                await self._retrying(lambda: self._write(entries, self._clock()))
+            except BaseException:
+                for key_id, field, old in previous:
+                    if old is None:
+                        self.forget(key_id, field)
+                    else:
+                        self._owned[key_id][field] = old
+                raise
 
     async def unset(self, key_id: K, field: str) -> None:
-        """Stop owning ``field`` of ``key_id`` and HDEL it now.
+        """Stop owning ``field`` of ``key_id`` and HDEL it now; see :meth:`unset_many`."""
+        await self.unset_many([(key_id, field)])
+
+    async def unset_many(self, items: Iterable[tuple[K, str]]) -> None:
+        """Stop owning several ``(key_id, field)`` items and HDEL them in ONE transaction (retried like writes).
 
         Raises:
-            the backend's error; the field is forgotten anyway and expires by itself.
+            the backend's last error; the fields are forgotten anyway and expire by themselves.
         """
+        pairs = list(items)
+        if not pairs:
+            return
         async with self._lock:
-            self.forget(key_id, field)
-            await self._backend.delete_fields(self._key_for(key_id), [field])
+            grouped: dict[bytes, list[str]] = {}
+            for key_id, field in pairs:
+                self.forget(key_id, field)
+                if self._refreshing:
+                    self._unset_during_refresh.add((key_id, field))
+                grouped.setdefault(self._key_for(key_id), []).append(field)
+            await self._retrying(lambda: self._backend.delete_many(list(grouped.items())))
+
+    async def _retrying(self, write: Callable[[], Awaitable[None]]) -> None:
+        backoff = Backoff(initial_s=0.05, max_s=0.5, jitter=0.5)
+        for attempt in range(1, WRITE_ATTEMPTS + 1):
+            try:
+                await write()
+                return
+            except Exception as exc:
+                if attempt == WRITE_ATTEMPTS:
+                    raise
+                delay = backoff.next_delay()
+                _log.warning("state write failed (%s); retry %d in %.2f s", exc, attempt, delay)
+                await asyncio.sleep(delay)
 
     def forget(self, key_id: K, field: str) -> None:
         """Stop owning ``field`` of ``key_id`` without touching the backend: it expires after the TTL."""
@@ -267,10 +315,14 @@ class ExpiringHash(Generic[K]):
         return live
 
     async def refresh(self, now_s: float | None = None) -> int:
-        """Rewrite every owned field with ``expires_at = now + ttl`` and re-PEXPIRE its key, in ONE transaction.
+        """Rewrite every owned field with ``expires_at = now + ttl`` and re-PEXPIRE its key, in bounded batches.
 
         Unlike upstream (which skips fields that stay valid past the next refresh, kas.md §3.1) every field is
-        rewritten: grouped items keep one expiry (seed 000) and data lost by the backend is fully rebuilt.
+        rewritten: grouped items keep one expiry (seed 000) and data lost by the backend is fully rebuilt. Each
+        batch is one transaction of at most :data:`REFRESH_BATCH_KEYS` keys, and no lock is held across the
+        network: registrations go on meanwhile. A field unset while its batch was in flight is deleted again
+        right after the batch, and one re-set with a new value is written again, so a refresh never resurrects
+        or reverts anything.
 
         Args:
             now_s: unix time in seconds to compute the expiry from; None means the clock.
@@ -279,15 +331,41 @@ class ExpiringHash(Generic[K]):
             the number of fields written.
 
         Raises:
-            the backend's error.
+            the backend's error (batches after the failing one are not written).
         """
-        async with self._lock:
-            entries = [
-                (key_id, field, value) for key_id, fields in self._owned.items() for field, value in fields.items()
-            ]
-            if entries:
+        snapshot = [(key_id, dict(fields)) for key_id, fields in self._owned.items()]
+        written = 0
+        self._refreshing += 1
+        try:
+            for start in range(0, len(snapshot), REFRESH_BATCH_KEYS):
+                batch = snapshot[start : start + REFRESH_BATCH_KEYS]
+                entries = [(key_id, field, value) for key_id, fields in batch for field, value in fields.items()]
                 await self._write(entries, self._clock() if now_s is None else now_s)
-            return len(entries)
+                written += len(entries)
+                await self._repair(entries)
+        finally:
+            self._refreshing -= 1
+            if not self._refreshing:
+                self._unset_during_refresh.clear()
+        return written
+
+    async def _repair(self, entries: Sequence[tuple[K, str, bytes]]) -> None:
+        async with self._lock:
+            stale: list[tuple[K, str]] = []
+            changed: list[tuple[K, str, bytes]] = []
+            for key_id, field, value in entries:
+                current = self._owned.get(key_id, {}).get(field)
+                if current is None and (key_id, field) in self._unset_during_refresh:
+                    stale.append((key_id, field))
+                elif current is not None and current != value:
+                    changed.append((key_id, field, current))
+            if changed:
+                await self._write(changed, self._clock())
+            if stale:
+                grouped: dict[bytes, list[str]] = {}
+                for key_id, field in stale:
+                    grouped.setdefault(self._key_for(key_id), []).append(field)
+                await self._backend.delete_many(list(grouped.items()))
 
     async def gc(self) -> int:
         """Delete expired fields of every other writer from the keys this process owns (kas.md §3.1 GC).
@@ -337,10 +415,10 @@ class ExpiringHash(Generic[K]):
 async def run_every(period_s: float, action: Callable[[], Awaitable[object]], what: str) -> None:
     """Await ``action`` every ``period_s`` seconds until cancelled (refresh and GC loops, kas.md §3.2, §3.3).
 
-    A failure is logged and retried sooner, with backoff from 1 s up to ``period_s``, so a short backend
-    outage does not let owned data expire before the next regular round.
+    A failure is logged and retried sooner, with backoff from 1 s up to 5 s (or ``period_s`` if shorter), so
+    a backend outage does not let owned data expire, and its end is noticed within seconds.
     """
-    backoff = Backoff(initial_s=min(1.0, period_s), max_s=period_s, jitter=0.2)
+    backoff = Backoff(initial_s=min(1.0, period_s), max_s=min(5.0, period_s), jitter=0.2)
     delay = period_s
     while True:
         await asyncio.sleep(delay)

@@ -80,6 +80,12 @@ class MemoryBackend:
             del self._hashes[key]
         self._touch(key)
 
+    async def delete_many(self, deletes: Sequence[tuple[bytes, Sequence[str]]]) -> None:
+        """HDEL the fields of several keys, atomically (no await inside)."""
+        self._check_open()
+        for key, fields in deletes:
+            await self.delete_fields(key, fields)
+
     async def scan(self, key: bytes) -> dict[str, bytes]:
         """Return a copy of the fields of ``key`` (raw stored bytes); ``{}`` if missing or expired."""
         self._check_open()

@@ -26,6 +26,11 @@ WRITE_TIMEOUT_S = 3.0  # kas.md §3.1 default write timeout
 HEALTH_CHECK_INTERVAL_S = 30
 # Retries of a command after a connection error or timeout (each on a fresh connection).
 COMMAND_RETRIES = 2
+#: Connections kas keeps to Redis at most. redis-py's asyncio default (100, then ``MaxConnectionsError`` at
+#: once) failed tracker writes while thousands of agents connected (issue 9 item 3).
+POOL_SIZE = 256
+#: Seconds a command waits for a pooled connection before failing.
+POOL_TIMEOUT_S = 5.0
 # How often a blocked subscription read wakes up to notice close().
 _SUBSCRIBE_POLL_S = 1.0
 
@@ -75,6 +80,8 @@ class RedisBackend:
         write_timeout_s: float = WRITE_TIMEOUT_S,
         client_name: str = CLIENT_NAME,
         gc_before_exec: GcHook | None = None,
+        pool_size: int = POOL_SIZE,
+        pool_timeout_s: float = POOL_TIMEOUT_S,
     ) -> RedisBackend:
         """Connect lazily to ``url``.
 
@@ -85,12 +92,18 @@ class RedisBackend:
                 command replies (kas.md §3.1 names it the write timeout: 3 s). Subscriptions block without it.
             client_name: sent with ``CLIENT SETNAME`` on every connection (kas.md §3.1: ``gitlab-kas``).
 
+            gc_before_exec: see :class:`RedisBackend`.
+            pool_size: most connections open at once (subscriptions included).
+            pool_timeout_s: seconds a command waits for a free connection when all are busy, then fails with
+                ``redis.exceptions.ConnectionError``.
+
         A command failing with a connection error or timeout is retried :data:`COMMAND_RETRIES` times on a new
         connection (10 ms to 0.5 s jittered backoff).
-            gc_before_exec: see :class:`RedisBackend`.
         """
-        client = aioredis.Redis.from_url(
+        pool = aioredis.BlockingConnectionPool.from_url(
             url,
+            max_connections=pool_size,
+            timeout=pool_timeout_s,
             client_name=client_name,
             decode_responses=False,
             socket_connect_timeout=dial_timeout_s,
@@ -101,7 +114,7 @@ class RedisBackend:
             # a retried PUBLISH may deliver an event twice, which listeners tolerate.
             retry=Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.5), retries=COMMAND_RETRIES),
         )
-        return cls(client, gc_before_exec=gc_before_exec)
+        return cls(aioredis.Redis.from_pool(pool), gc_before_exec=gc_before_exec)
 
     @property
     def client(self) -> aioredis.Redis:
@@ -125,6 +138,16 @@ class RedisBackend:
         """``HDEL key field...``."""
         if fields:
             await self._client.hdel(key, *(_field_bytes(name) for name in fields))
+
+    async def delete_many(self, deletes: Sequence[tuple[bytes, Sequence[str]]]) -> None:
+        """``MULTI; HDEL key field...; ...; EXEC``."""
+        deletes = [(key, fields) for key, fields in deletes if fields]
+        if not deletes:
+            return
+        async with self._client.pipeline(transaction=True) as pipe:
+            for key, fields in deletes:
+                pipe.hdel(key, *(_field_bytes(name) for name in fields))
+            await pipe.execute()
 
     async def scan(self, key: bytes) -> dict[str, bytes]:
         """``HSCAN`` until cursor 0; field -> raw value."""
@@ -166,12 +189,14 @@ class RedisBackend:
     async def subscribe(self, channel: str, on_subscribed: Callable[[], None] | None = None) -> AsyncIterator[bytes]:
         """``SUBSCRIBE channel`` on a dedicated connection and yield message payloads.
 
-        After an error the connection is dropped and the subscription re-created with Backoff(0.1 s .. 10 s),
+        After an error the connection is dropped and the subscription re-created with Backoff(0.1 s .. 1 s),
         reset by each confirmed subscription (kas.md §3.5). ``on_subscribed`` runs on every confirmation,
         including redis-py's own re-subscription after a reconnect. Messages published while no subscription
         exists are lost (Redis pub/sub has no history).
         """
-        backoff = Backoff(initial_s=0.1, max_s=10.0)
+        # Upstream grows to 10 s (kas.md §3.5); the re-subscription is what triggers the re-write of this kas'
+        # state after Redis comes back, so a long delay kept agents unreachable for seconds (issue 9 chaos test).
+        backoff = Backoff(initial_s=0.1, max_s=1.0, jitter=0.2)
         while not self._closed:
             pubsub = self._client.pubsub()
             failure: BaseException | None = None

@@ -33,7 +33,11 @@ class AccessLogMiddleware:
                 status = int(message["status"])
             await send(message)
 
+        # kas sends the id of the request that caused this call (tether.tool.logs): one request, one id.
+        request_id = next((v.decode("latin-1") for k, v in scope.get("headers", ()) if k == b"x-request-id"), None)
         try:
             await self._app(scope, receive, record)
         finally:
-            log.info("%s %s %d %.1fms", scope["method"], scope["path"], status, (time.monotonic() - started) * 1000.0)
+            elapsed_ms = (time.monotonic() - started) * 1000.0
+            extra = {"request_id": request_id[:64]} if request_id else {}
+            log.info("%s %s %d %.1fms", scope["method"], scope["path"], status, elapsed_ms, extra=extra)

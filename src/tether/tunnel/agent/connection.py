@@ -22,6 +22,8 @@ from tether.pb.gitlab.agent.reverse_tunnel.rpc import rpc_pb2, rpc_pb2_grpc
 from tether.tool.automaton import StreamAutomaton, StreamOrderError
 from tether.tool.backoff import Backoff
 from tether.tool.grpc_meta import Metadata, meta_to_values, status_to_proto, timeout_from, values_to_meta
+from tether.tool.grpc_stream import CallWriter
+from tether.tool.relay import dispatch, pump
 from tether.tunnel.agent.pool import TunnelListener
 
 __all__ = ["ConnectedTunnels", "TunnelConnection", "reconnect_backoff"]
@@ -30,13 +32,15 @@ _log = structlog.get_logger(__name__)
 
 _TunnelCall = aio.StreamStreamCall[rpc_pb2.ConnectRequest, rpc_pb2.ConnectResponse]
 _RawCall = aio.StreamStreamCall[bytes, bytes]
-#: Errors a call raises once it has ended (failed status, or a write after the end).
-_CALL_ENDED = (aio.AioRpcError, asyncio.InvalidStateError)
 
 
 def reconnect_backoff() -> Backoff:
-    """The reconnect backoff of one tunnel loop: 1 s to 20 s, factor 1.6, jitter 0.2, reset after 25 s (§1.4)."""
-    return Backoff(initial_s=1.0, max_s=20.0, factor=1.6, jitter=0.2, reset_after_s=25.0)
+    """The reconnect backoff of one tunnel loop: 1 s to 3 s, factor 1.6, jitter 0.2, reset after 25 s.
+
+    Upstream grows to 20 s (kas.md §1.4); after a kas outage of a minute that kept agents away 14-20 s after kas
+    was back. Bounded at 3 s (plus jitter), an agent reconnects within 5 s of kas being ready (issue 9 item 7).
+    """
+    return Backoff(initial_s=1.0, max_s=3.0, factor=1.6, jitter=0.2, reset_after_s=25.0)
 
 
 class ConnectedTunnels:
@@ -85,7 +89,9 @@ class TunnelConnection:
     ) -> None:
         self._connect = rpc_pb2_grpc.ReverseTunnelStub(kas_channel).Connect
         self._internal_channel = internal_channel
-        self._descriptor = rpc_pb2.ConnectRequest(descriptor=rpc_pb2.Descriptor(agent_descriptor=descriptor))
+        self._descriptor = rpc_pb2.ConnectRequest(
+            descriptor=rpc_pb2.Descriptor(agent_descriptor=descriptor)
+        ).SerializeToString()
         self._listener = listener
         self._metadata = metadata
         self._backoff = backoff or reconnect_backoff()
@@ -136,30 +142,38 @@ class TunnelConnection:
 
     async def _attempt(self) -> _Outcome:
         call: _TunnelCall = self._connect(metadata=self._metadata, wait_for_ready=True)
+        writer = CallWriter(call)
         forward: _ForwardedCall | None = None
         opened = False
+
+        async def read() -> rpc_pb2.ConnectResponse | None:
+            response = await call.read()
+            return None if response is aio.EOF else response  # type: ignore[return-value]
+
+        async def on_request_info(response: rpc_pb2.ConnectResponse) -> None:
+            nonlocal forward
+            self._in_flight = True
+            self._listener.on_active()
+            forward = _ForwardedCall(self._internal_channel, response.request_info, writer)
+
+        async def on_message(response: rpc_pb2.ConnectResponse) -> None:
+            if forward is not None:
+                await forward.send(response.message.data)
+
+        async def on_close_send(_response: rpc_pb2.ConnectResponse) -> None:
+            if forward is not None:
+                await forward.close_send()
+
         try:
-            await call.write(self._descriptor)
+            if not await writer.write(self._descriptor):
+                return _classify(await call.code(), await call.details() or "")
             opened = True
             self._connected.add(1)
-            automaton = StreamAutomaton(rpc_pb2.ConnectResponse)
-            while True:
-                response = await call.read()
-                if response is aio.EOF:
-                    automaton.end()
-                    return _Outcome.RECONNECT
-                assert isinstance(response, rpc_pb2.ConnectResponse)
-                kind = automaton.visit(response)
-                if kind == "request_info":
-                    self._in_flight = True
-                    self._listener.on_active()
-                    forward = _ForwardedCall(self._internal_channel, response.request_info, call)
-                elif forward is not None and kind == "message":
-                    await forward.send(response.message.data)
-                elif forward is not None and kind == "close_send":
-                    await forward.close_send()
-        except _CALL_ENDED as exc:
-            return await _classify(call, exc)
+            handlers = {"request_info": on_request_info, "message": on_message, "close_send": on_close_send}
+            await dispatch(read, StreamAutomaton(rpc_pb2.ConnectResponse), handlers)
+            return _Outcome.RECONNECT
+        except aio.AioRpcError as exc:
+            return _classify(exc.code(), exc.details() or "")
         except StreamOrderError as exc:
             _log.error("tunnel_protocol_violation", error=str(exc))
             return _Outcome.BACKOFF
@@ -174,12 +188,8 @@ class TunnelConnection:
             call.cancel()
 
 
-async def _classify(call: _TunnelCall, exc: BaseException) -> _Outcome:
+def _classify(code: grpc.StatusCode, details: str) -> _Outcome:
     """Map how a tunnel ended to the reconnect rule of kas.md §1.4 step 4, logging real failures."""
-    if isinstance(exc, aio.AioRpcError):
-        code, details = exc.code(), exc.details() or ""
-    else:  # a write after kas already ended the stream: its status says why
-        code, details = await call.code(), await call.details()
     if code in (grpc.StatusCode.OK, grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED):
         _log.debug("tunnel_ended", code=code.name, details=details)
         return _Outcome.RECONNECT
@@ -190,32 +200,41 @@ async def _classify(call: _TunnelCall, exc: BaseException) -> _Outcome:
     return _Outcome.BACKOFF
 
 
-class _ForwardedCall:
-    """The one call a tunnel carries, replayed on the internal server with raw bytes (kas.md §1.4 step 3)."""
+class _TunnelEnded(Exception):
+    """kas ended the tunnel while agentk was still answering (kas' caller went away)."""
 
-    def __init__(self, channel: aio.Channel, info: rpc_pb2.RequestInfo, tunnel: _TunnelCall) -> None:
+
+class _ForwardedCall:
+    """The one call a tunnel carries, replayed on the internal server with raw bytes (kas.md §1.4 step 3).
+
+    Both calls are written through :class:`~tether.tool.grpc_stream.CallWriter`: the internal server may answer
+    before kas' last request frame arrives, and kas may end the tunnel while agentk still answers; neither
+    must turn into an ``INTERNAL`` status.
+    """
+
+    def __init__(self, channel: aio.Channel, info: rpc_pb2.RequestInfo, tunnel: CallWriter) -> None:
         self._tunnel = tunnel
         self._method = info.method_name
         # No (de)serializers: the message bytes pass through undecoded, like upstream's raw codec.
         self._call: _RawCall | None = None
+        self._writer: CallWriter | None = None
         if _valid_method(info.method_name):
             metadata = values_to_meta(info.meta)
             # kas' deadline for the call (tether-timeout-ms): gRPC's own deadline does not cross the tunnel.
             self._call = channel.stream_stream(info.method_name)(metadata=metadata, timeout=timeout_from(metadata))
+            self._writer = CallWriter(self._call)
         _log.debug("tunnel_request", method=info.method_name)
         self._pump = asyncio.create_task(self._respond())
 
     async def send(self, data: bytes) -> None:
-        """Write one request message (kas ``message``); ignored once the call has ended."""
-        if self._call is not None:
-            with contextlib.suppress(*_CALL_ENDED):
-                await self._call.write(data)
+        """Write one request message (kas ``message``); dropped once the call has ended."""
+        if self._writer is not None:
+            await self._writer.write(data)
 
     async def close_send(self) -> None:
-        """Half-close the request stream (kas ``close_send``); ignored once the call has ended."""
-        if self._call is not None:
-            with contextlib.suppress(*_CALL_ENDED):
-                await self._call.done_writing()
+        """Half-close the request stream (kas ``close_send``); nothing once the call has ended."""
+        if self._writer is not None:
+            await self._writer.done_writing()
 
     async def finish(self) -> None:
         """Cancel whatever is still running (the tunnel ended first) and wait for the pump to stop."""
@@ -224,35 +243,42 @@ class _ForwardedCall:
         self._pump.cancel()
         await asyncio.wait({self._pump})
 
+    async def _send(self, request: rpc_pb2.ConnectRequest) -> None:
+        if not await self._tunnel.write(request.SerializeToString()):
+            raise _TunnelEnded
+
+    async def _read(self) -> bytes | None:
+        assert self._call is not None
+        try:
+            data = await self._call.read()
+        except aio.AioRpcError:
+            return None  # the status is read below
+        return None if data is aio.EOF else data  # type: ignore[return-value]
+
+    async def _message(self, data: bytes) -> None:
+        await self._send(rpc_pb2.ConnectRequest(message=rpc_pb2.Message(data=data)))
+
     async def _respond(self) -> None:
         # Pipes the internal call's outcome into the tunnel: header, message*, trailer[, error], half-close.
         call = self._call
         try:
             if call is None:
                 status = status_to_proto(grpc.StatusCode.UNIMPLEMENTED, f"malformed method name {self._method!r}")
-                await self._tunnel.write(rpc_pb2.ConnectRequest(error=rpc_pb2.Error(status=status)))
+                await self._send(rpc_pb2.ConnectRequest(error=rpc_pb2.Error(status=status)))
                 await self._tunnel.done_writing()
                 return
             headers = await call.initial_metadata()
-            await self._tunnel.write(rpc_pb2.ConnectRequest(header=rpc_pb2.Header(meta=meta_to_values(headers))))
-            while True:
-                try:
-                    data = await call.read()
-                except aio.AioRpcError:
-                    break  # the status is read below
-                if data is aio.EOF:
-                    break
-                assert isinstance(data, bytes)
-                await self._tunnel.write(rpc_pb2.ConnectRequest(message=rpc_pb2.Message(data=data)))
+            await self._send(rpc_pb2.ConnectRequest(header=rpc_pb2.Header(meta=meta_to_values(headers))))
+            await pump(self._read, self._message)
             code, details, trailers = await call.code(), await call.details(), await call.trailing_metadata()
-            await self._tunnel.write(rpc_pb2.ConnectRequest(trailer=rpc_pb2.Trailer(meta=meta_to_values(trailers))))
+            await self._send(rpc_pb2.ConnectRequest(trailer=rpc_pb2.Trailer(meta=meta_to_values(trailers))))
             if code is not grpc.StatusCode.OK:
                 status = status_to_proto(code, details or "", trailers)
-                await self._tunnel.write(rpc_pb2.ConnectRequest(error=rpc_pb2.Error(status=status)))
+                await self._send(rpc_pb2.ConnectRequest(error=rpc_pb2.Error(status=status)))
             await self._tunnel.done_writing()
-        except _CALL_ENDED as exc:
+        except _TunnelEnded:
             # The tunnel broke (kas or its client went away); the reader sees it too and ends the attempt.
-            _log.debug("tunnel_response_aborted", method=self._method, error=str(exc))
+            _log.debug("tunnel_response_aborted", method=self._method)
             if call is not None:
                 call.cancel()
 

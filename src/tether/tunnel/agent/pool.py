@@ -171,7 +171,10 @@ class ConnectionPool:
         period = max(self._limits.max_idle_time_s / 6, 0.05)
         while not self._closing:
             await asyncio.sleep(period)
-            self.sweep_idle()
+            try:
+                self.sweep_idle()
+            except Exception:  # the loop must outlive a bug in one round (issue 9: no loop dies silently)
+                _log.exception("tunnel_idle_sweep_failed")
 
     def sweep_idle(self) -> int:
         """Stop idle connections above ``min_idle`` that have been idle over ``max_idle_time_s``; return how many."""

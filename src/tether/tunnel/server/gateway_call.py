@@ -7,13 +7,14 @@ both"), which runs the very same :class:`~tether.tunnel.server.gateway.Gateway` 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any, Protocol
 
 import grpc
 
 from tether.pb.gitlab.agent.kas import kasapp_pb2
 from tether.tool.grpc_meta import Metadata
+from tether.tool.grpc_stream import CallWriter
+from tether.tool.relay import BoundedPipe, PipeClosed
 from tether.tool.status import StatusError
 from tether.tunnel.server.gateway import Gateway, GatewayError
 from tether.tunnel.server.kas_pool import KasPool
@@ -50,6 +51,8 @@ class RemoteGatewayCall:
         # No (de)serializers: frames are relayed as bytes (kas.md §1.7 raw codec).
         multi: Any = pool.channel(url).stream_stream(full_method)
         self._call: Any = multi(metadata=metadata + pool.auth_metadata())
+        # A gateway may end the call before the last request frame: that must not become INTERNAL.
+        self._writer = CallWriter(self._call)
 
     async def read(self) -> kasapp_pb2.GatewayKasResponse | None:
         """Next gateway response; None at the gateway's clean end. Raises GatewayUnavailable."""
@@ -68,38 +71,48 @@ class RemoteGatewayCall:
             raise GatewayUnavailable(grpc.StatusCode.INTERNAL, f"undecodable gateway response: {exc}") from exc
 
     async def write(self, data: bytes) -> None:
-        """Send a frame to the gateway. Raises GatewayUnavailable."""
-        try:
-            await self._call.write(data)
-        except (grpc.aio.AioRpcError, grpc.aio.UsageError) as exc:
-            raise GatewayUnavailable(grpc.StatusCode.UNAVAILABLE, f"write to gateway failed: {exc}") from exc
+        """Send a frame to the gateway.
+
+        Raises:
+            GatewayUnavailable: the call has ended (its outcome comes from :meth:`read`).
+        """
+        if not await self._writer.write(data):
+            raise GatewayUnavailable(grpc.StatusCode.UNAVAILABLE, "the gateway call has ended")
 
     async def done_writing(self) -> None:
         """Half-close towards the gateway."""
-        with contextlib.suppress(grpc.aio.AioRpcError, grpc.aio.UsageError):
-            await self._call.done_writing()
+        await self._writer.done_writing()
 
     def cancel(self) -> None:
         """Cancel the RPC; the gateway gives back a reserved tunnel."""
         self._call.cancel()
 
 
-_EOF = object()
+def _frame_size(item: object) -> int:
+    if isinstance(item, bytes):
+        return len(item)
+    if isinstance(item, kasapp_pb2.GatewayKasResponse):
+        return item.ByteSize()
+    return 0
 
 
 class _GatewayEnd:
-    """The gateway's end of an in-memory pipe (a :class:`~tether.tunnel.server.gateway.RoutingPeer`)."""
+    """The gateway's end of an in-memory pipe (a :class:`~tether.tunnel.server.gateway.RoutingPeer`).
+
+    Both directions are :class:`~tether.tool.relay.BoundedPipe`: a slow client or a slow agent makes the other
+    side wait instead of making kas buffer a whole response or upload (issue 9 item 2).
+    """
 
     def __init__(self) -> None:
-        self.inbound: asyncio.Queue[bytes | None] = asyncio.Queue()
-        self.outbound: asyncio.Queue[kasapp_pb2.GatewayKasResponse | GatewayUnavailable | object] = asyncio.Queue()
+        self.inbound: BoundedPipe[bytes] = BoundedPipe(len)
+        self.outbound: BoundedPipe[kasapp_pb2.GatewayKasResponse] = BoundedPipe(_frame_size)
 
     async def read(self) -> bytes | None:
         """Next frame from the routing side, None after its half-close."""
         return await self.inbound.get()
 
     async def write(self, response: kasapp_pb2.GatewayKasResponse) -> None:
-        """Queue a response for the routing side."""
+        """Queue a response for the routing side, waiting while the pipe is full."""
         await self.outbound.put(response)
 
 
@@ -111,34 +124,40 @@ class LocalGatewayCall:
         self._task = asyncio.get_running_loop().create_task(self._serve(gateway, full_method, metadata))
 
     async def _serve(self, gateway: Gateway, full_method: str, metadata: Metadata) -> None:
-        outcome: object
         try:
             await gateway.serve(full_method, metadata, self._end)
-            outcome = _EOF
         except GatewayError as exc:
-            outcome = GatewayUnavailable(exc.code, exc.message)
+            self._end.outbound.fail(GatewayUnavailable(exc.code, exc.message))
+        except PipeClosed:
+            pass  # the routing side cancelled
         except Exception as exc:
-            outcome = GatewayUnavailable(grpc.StatusCode.INTERNAL, f"gateway failed: {exc!r}")
-        await self._end.outbound.put(outcome)
+            self._end.outbound.fail(GatewayUnavailable(grpc.StatusCode.INTERNAL, f"gateway failed: {exc!r}"))
+        else:
+            self._end.outbound.close()
+        finally:
+            # Request frames the gateway will never read must not hold the routing side's writer.
+            self._end.inbound.abandon()
 
     async def read(self) -> kasapp_pb2.GatewayKasResponse | None:
         """Next gateway response; None at the gateway's clean end. Raises GatewayUnavailable."""
-        item = await self._end.outbound.get()
-        if item is _EOF:
-            return None
-        if isinstance(item, GatewayUnavailable):
-            raise item
-        assert isinstance(item, kasapp_pb2.GatewayKasResponse)
-        return item
+        return await self._end.outbound.get()
 
     async def write(self, data: bytes) -> None:
-        """Send a frame to the gateway."""
-        await self._end.inbound.put(data)
+        """Send a frame to the gateway, waiting while the pipe is full.
+
+        Raises:
+            GatewayUnavailable: the gateway has ended.
+        """
+        try:
+            await self._end.inbound.put(data)
+        except (PipeClosed, RuntimeError) as exc:
+            raise GatewayUnavailable(grpc.StatusCode.UNAVAILABLE, "the gateway call has ended") from exc
 
     async def done_writing(self) -> None:
         """Half-close towards the gateway."""
-        await self._end.inbound.put(None)
+        self._end.inbound.close()
 
     def cancel(self) -> None:
         """Stop the gateway task; it gives back a reserved tunnel."""
+        self._end.outbound.abandon()
         self._task.cancel()

@@ -16,6 +16,7 @@ from google.rpc import status_pb2
 
 from tether.pb.gitlab.agent.kas import kasapp_pb2
 from tether.tool.grpc_meta import STATUS_DETAILS_KEY, Metadata, code_from_int, values_to_meta
+from tether.tool.logs import REQUEST_ID_METADATA, bind, new_request_id
 from tether.tunnel.server.gateway import Gateway, GatewayError
 from tether.tunnel.server.metadata import ROUTING_AGENT_ID_KEY, routing_agent_id
 from tether.tunnel.server.router import Router, RoutingError
@@ -150,12 +151,16 @@ class RoutedApiHandler(grpc.GenericRpcHandler):
             except ValueError as exc:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
             caller = ServicerCaller(context, first)
-            try:
-                status = await self._router.route(
-                    agent_id, full_method, context.invocation_metadata(), caller, context.time_remaining()
-                )
-            except RoutingError as exc:
-                await exc.abort(context)
-            await caller.finish(status)
+            metadata = tuple(context.invocation_metadata() or ())
+            request_id = next((str(v) for k, v in metadata if k == REQUEST_ID_METADATA), None)
+            if request_id is None:
+                request_id = new_request_id()
+                metadata = (*metadata, (REQUEST_ID_METADATA, request_id))
+            with bind(request_id=request_id, agent_id=agent_id):
+                try:
+                    status = await self._router.route(agent_id, full_method, metadata, caller, context.time_remaining())
+                except RoutingError as exc:
+                    await exc.abort(context)
+                await caller.finish(status)
 
         return grpc.stream_stream_rpc_method_handler(handle)

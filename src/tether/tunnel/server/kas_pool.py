@@ -7,15 +7,20 @@ signed with the secret only kas instances share (kas.md §4.3).
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import grpc
 
+from tether.tool.backoff import channel_reconnect_options
+from tether.tool.grpc_stream import BOUNDED_WINDOW_OPTIONS
 from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_KAS, mint
 
 _JWT_LIFETIME_S = 5.0
+#: A channel unused this long and not connected is closed (its kas probably left).
+IDLE_CLOSE_S = 60.0
 
 
 class KasUrlError(ValueError):
@@ -59,10 +64,13 @@ class KasPool:
             ("grpc.max_send_message_length", max_message_size),
             ("grpc.keepalive_time_ms", 55_000),
             ("grpc.keepalive_permit_without_calls", 1),
+            *channel_reconnect_options(),
+            *BOUNDED_WINDOW_OPTIONS,
         ]
         if tls_server_name:
             self._options.append(("grpc.ssl_target_name_override", tls_server_name))
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._last_used: dict[str, float] = {}
 
     def channel(self, url: str) -> grpc.aio.Channel:
         """Return the channel for ``url``, opening it on first use.
@@ -79,7 +87,30 @@ class KasPool:
             else:
                 channel = grpc.aio.insecure_channel(target, options=self._options)
             self._channels[url] = channel
+        self._last_used[url] = time.monotonic()
         return channel
+
+    @property
+    def urls(self) -> list[str]:
+        """URLs with an open channel."""
+        return list(self._channels)
+
+    async def close_unused(self, idle_s: float = IDLE_CLOSE_S) -> list[str]:
+        """Close the channels not used for ``idle_s`` seconds that are not connected (their kas left).
+
+        Returns:
+            the URLs whose channels were closed.
+        """
+        now = time.monotonic()
+        closed: list[str] = []
+        for url, channel in list(self._channels.items()):
+            idle = now - self._last_used.get(url, now) >= idle_s
+            if idle and channel.get_state(try_to_connect=False) is not grpc.ChannelConnectivity.READY:
+                del self._channels[url]
+                self._last_used.pop(url, None)
+                await channel.close()
+                closed.append(url)
+        return closed
 
     def auth_metadata(self) -> tuple[tuple[str, str], ...]:
         """A fresh per-RPC bearer JWT for the private API."""
@@ -90,3 +121,4 @@ class KasPool:
         for channel in self._channels.values():
             await channel.close()
         self._channels.clear()
+        self._last_used.clear()

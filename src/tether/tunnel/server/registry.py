@@ -209,8 +209,11 @@ class TunnelRegistry:
         try:
             await getattr(self._tracker, action)(agent_id)
         except Exception:
-            # The periodic tracker refresh re-writes registrations, so a failed write heals itself.
+            # The tracker already retried. A registration that failed is forgotten, so the agent's next tunnel
+            # registers it again (nothing half-registered is refreshed forever); an unregistration expires.
             log.exception("tunnel tracker %s failed", action, extra={"agent_id": agent_id})
+            if action == "register":
+                self._tracked.discard(agent_id)
 
     def _spawn(self, coro: object) -> None:
         # Redis I/O must not be lost when the request that triggered it is cancelled (kas.md §1.6).

@@ -26,6 +26,7 @@ from tether.pb.gitlab.agent.kas import kasapp_pb2
 from tether.tool.automaton import StreamAutomaton, StreamOrderError
 from tether.tool.backoff import Backoff
 from tether.tool.grpc_meta import Metadata, MetadataIn, timeout_entry
+from tether.tool.relay import AnswerFrames, Handler, dispatch, pump
 from tether.tool.status import StatusError
 from tether.tunnel.server.gateway import Gateway
 from tether.tunnel.server.gateway_call import GatewayCall, GatewayUnavailable, LocalGatewayCall, RemoteGatewayCall
@@ -284,23 +285,30 @@ class Router:
                 log.warning("ignoring malformed kas URL %r from the tunnel tracker", url)
                 return
             automaton = StreamAutomaton(kasapp_pb2.GatewayKasResponse)
+
+            async def on_no_tunnel_frame(_response: kasapp_pb2.GatewayKasResponse) -> None:
+                nonlocal reported
+                if not reported:
+                    reported = True
+                    on_no_tunnel(url)
+
+            async def on_tunnel_ready(
+                _response: kasapp_pb2.GatewayKasResponse, call: GatewayCall = call, automaton: Any = automaton
+            ) -> bool:
+                if winner.done():
+                    call.cancel()
+                else:
+                    winner.set_result((call, automaton))
+                return True
+
             try:
-                while True:
-                    response = await call.read()
-                    if response is None:
-                        automaton.end()
-                        break  # clean end (e.g. the gateway's max connection age): try again at once
-                    kind = automaton.visit(response)
-                    if kind == "no_tunnel":
-                        if not reported:
-                            reported = True
-                            on_no_tunnel(url)
-                    elif kind == "tunnel_ready":
-                        if winner.done():
-                            call.cancel()
-                        else:
-                            winner.set_result((call, automaton))
-                        return
+                handlers: dict[str, Handler[kasapp_pb2.GatewayKasResponse]] = {
+                    "no_tunnel": on_no_tunnel_frame,
+                    "tunnel_ready": on_tunnel_ready,
+                }
+                if await dispatch(call.read, automaton, handlers):
+                    return
+                # A clean end (e.g. the gateway's max connection age): try again at once.
             except asyncio.CancelledError:
                 call.cancel()
                 raise
@@ -318,25 +326,14 @@ class Router:
     ) -> status_pb2.Status | None:
         requests: asyncio.Task[None] | None = None
         completed = False
+        answer = AnswerFrames(caller.send_header, caller.write, caller.set_trailer)
+
         try:
             await call.write(kasapp_pb2.StartStreaming().SerializeToString())
             requests = asyncio.get_running_loop().create_task(self._pump_requests(call, caller))
-            status: status_pb2.Status | None = None
-            while True:
-                response = await call.read()
-                if response is None:
-                    automaton.end()
-                    completed = True
-                    return status
-                kind = automaton.visit(response)
-                if kind == "header":
-                    await caller.send_header(response.header.meta)
-                elif kind == "message":
-                    await caller.write(response.message.data)
-                elif kind == "trailer":
-                    await caller.set_trailer(response.trailer.meta)
-                elif kind == "error":
-                    status = response.error.status
+            await dispatch(call.read, automaton, answer.handlers())
+            completed = True
+            return answer.error
         except GatewayUnavailable as exc:
             raise RoutingError(grpc.StatusCode.UNAVAILABLE, f"gateway kas failed: {exc.message}") from exc
         except StreamOrderError as exc:
@@ -351,9 +348,6 @@ class Router:
 
     @staticmethod
     async def _pump_requests(call: GatewayCall, caller: CallerSide) -> None:
-        try:
-            while (data := await caller.read()) is not None:
-                await call.write(data)
-            await call.done_writing()
-        except GatewayUnavailable:
-            pass  # the gateway already ended the call; its outcome arrives on the response side
+        # A GatewayUnavailable here means the gateway already ended the call; its outcome comes on the response side.
+        with contextlib.suppress(GatewayUnavailable):
+            await pump(caller.read, call.write, call.done_writing)

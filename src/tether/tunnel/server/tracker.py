@@ -7,6 +7,7 @@ tunnel registry that calls :meth:`TunnelTracker.unregister`, not here.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from tether.pb.gitlab.agent.event.event_pb2 import TunnelsAvailable
@@ -27,6 +28,8 @@ class TunnelTracker:
         key_prefix: kascfg ``redis.key_prefix``.
         ttl_s: seconds an entry lives without refresh (``agent.redis_conn_info_ttl``, 300).
         refresh_s: seconds between refreshes (``agent.redis_conn_info_refresh``, 240).
+        gc_s: seconds between GC rounds that delete expired fields of other (dead) kas instances from the keys
+            this kas writes (``agent.redis_conn_info_gc``, 600; kas.md §3.1).
 
     Backend errors propagate from every method except :meth:`run`, which logs and retries.
     """
@@ -39,7 +42,9 @@ class TunnelTracker:
         key_prefix: str = DEFAULT_KEY_PREFIX,
         ttl_s: float = 300,
         refresh_s: float = 240,
+        gc_s: float = 600,
     ) -> None:
+        self._gc_s = gc_s
         self._prefix = f"{key_prefix}:tunnel_tracker2:kas_by_agent_id:".encode()
         self._events = events
         self._own_url = own_url
@@ -90,6 +95,12 @@ class TunnelTracker:
         """Delete all entries of this kas (shutdown, kas.md §1.6 "Redis entries for all agents are deleted")."""
         return await self._hash.clear()
 
+    async def gc(self) -> int:
+        """Delete expired fields (those of kas instances that died) from the keys this kas writes; how many."""
+        return await self._hash.gc()
+
     async def run(self) -> None:
-        """Refresh every ``refresh_s`` seconds until cancelled; errors are logged and retried."""
-        await run_every(self._refresh_s, self.refresh, "tunnel tracker refresh")
+        """Refresh every ``refresh_s`` and GC every ``gc_s`` seconds until cancelled; errors are logged, retried."""
+        async with asyncio.TaskGroup() as group:
+            group.create_task(run_every(self._refresh_s, self.refresh, "tunnel tracker refresh"))
+            group.create_task(run_every(self._gc_s, self.gc, "tunnel tracker GC"))

@@ -21,6 +21,7 @@ from tether.pb.gitlab.agent.reverse_tunnel.info import info_pb2
 from tether.pb.gitlab.agent.reverse_tunnel.rpc import rpc_pb2
 from tether.tool.automaton import StreamAutomaton, StreamOrderError
 from tether.tool.grpc_meta import Metadata, meta_to_values
+from tether.tool.relay import AnswerFrames, dispatch, pump
 
 ConnectContext = grpc.aio.ServicerContext[rpc_pb2.ConnectRequest, rpc_pb2.ConnectResponse]
 ValuesMap = Mapping[str, prototool_pb2.Values]
@@ -153,32 +154,27 @@ class Tunnel:
         except Exception as exc:  # the Connect RPC is gone
             raise TunnelBroken(grpc.StatusCode.UNAVAILABLE, f"tunnel write failed: {exc}") from exc
 
-    async def _pump_to_agent(self, incoming: IncomingStream) -> None:
-        while (data := await incoming.read()) is not None:
-            await self._send(rpc_pb2.ConnectResponse(message=rpc_pb2.Message(data=data)))
+    async def _send_message(self, data: bytes) -> None:
+        await self._send(rpc_pb2.ConnectResponse(message=rpc_pb2.Message(data=data)))
+
+    async def _close_send(self) -> None:
         await self._send(rpc_pb2.ConnectResponse(close_send=rpc_pb2.CloseSend()))
 
+    async def _pump_to_agent(self, incoming: IncomingStream) -> None:
+        await pump(incoming.read, self._send_message, self._close_send)
+
+    async def _read(self) -> rpc_pb2.ConnectRequest | None:
+        try:
+            request: Any = await self._context.read()
+        except Exception as exc:
+            raise TunnelBroken(grpc.StatusCode.UNAVAILABLE, f"tunnel read failed: {exc}") from exc
+        return None if request is grpc.aio.EOF else request
+
     async def _pump_from_agent(self, sink: ForwardSink) -> status_pb2.Status | None:
+        answer = AnswerFrames(sink.header, sink.message, sink.trailer)
         automaton = StreamAutomaton(rpc_pb2.ConnectRequest, after="descriptor")
-        error: status_pb2.Status | None = None
-        while True:
-            try:
-                request: Any = await self._context.read()
-            except Exception as exc:
-                raise TunnelBroken(grpc.StatusCode.UNAVAILABLE, f"tunnel read failed: {exc}") from exc
-            try:
-                if request is grpc.aio.EOF:
-                    automaton.end()
-                    return error
-                kind = automaton.visit(request)
-            except StreamOrderError as exc:
-                raise TunnelBroken(grpc.StatusCode.UNAVAILABLE, f"agentk broke the tunnel protocol: {exc}") from exc
-            if kind == "header":
-                await sink.header(request.header.meta)
-            elif kind == "message":
-                await sink.message(request.message.data)
-            elif kind == "trailer":
-                await sink.trailer(request.trailer.meta)
-            elif kind == "error":
-                # agentk closes right after sending error; keep reading until EOF (kas.md §1.7).
-                error = request.error.status
+        try:
+            await dispatch(self._read, automaton, answer.handlers())
+        except StreamOrderError as exc:
+            raise TunnelBroken(grpc.StatusCode.UNAVAILABLE, f"agentk broke the tunnel protocol: {exc}") from exc
+        return answer.error

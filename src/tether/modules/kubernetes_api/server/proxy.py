@@ -19,7 +19,7 @@ connection instead.
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
@@ -45,6 +45,7 @@ from tether.pb.gitlab.agent.kubernetes_api.rpc import rpc_pb2
 from tether.tool.durations import parse_duration
 from tether.tool.grpc_meta import code_from_int
 from tether.tool.http_server import SafeServer
+from tether.tool.logs import REQUEST_ID_METADATA, bind, new_request_id
 from tether.tool.rate_limit import RateLimiter, per_minute
 from tether.tool.status import http_code
 from tether.tunnel.server.router import Router, RoutingError
@@ -59,9 +60,21 @@ IDLE_TIMEOUT_S = 60.0
 
 GRAPH_PATH = "/graph"
 
-#: A path kas serves itself: (request, agent id, identity to impose or None for the agent's own) -> response.
-#: The identity is not optional: a handler that cannot act as it must refuse (e.g. 403 / a policy close).
-ProxyPathHandler = Callable[[web.BaseRequest, int, rpc_pb2.ImpersonationConfig | None], Awaitable[web.StreamResponse]]
+#: A path kas serves itself: (request, agent id, identity to impose or None for the agent's own, call metadata
+#: such as the request id) -> response. The identity is not optional: a handler that cannot act as it must
+#: refuse (e.g. 403 / a policy close).
+ProxyPathHandler = Callable[
+    [web.BaseRequest, int, rpc_pb2.ImpersonationConfig | None, "CallMetadata"], Awaitable[web.StreamResponse]
+]
+#: Metadata kas adds to a routed call (the request id).
+CallMetadata = tuple[tuple[str, str], ...]
+
+
+def is_watch(request: web.BaseRequest) -> bool:
+    """Whether ``request`` is a Kubernetes watch (``?watch=true``/``1``, or a legacy ``/watch/`` path)."""
+    if request.rel_url.query.get("watch", "").lower() in ("true", "1"):
+        return True
+    return "/watch/" in request.rel_url.path
 
 
 def request_timeout_s(request: web.BaseRequest) -> float | None:
@@ -115,10 +128,18 @@ class KubernetesApiProxy:
         self.paths: dict[str, ProxyPathHandler] = {GRAPH_PATH: self._graph}
 
     async def _graph(
-        self, request: web.BaseRequest, agent_id: int, impersonation: rpc_pb2.ImpersonationConfig | None
+        self,
+        request: web.BaseRequest,
+        agent_id: int,
+        impersonation: rpc_pb2.ImpersonationConfig | None,
+        metadata: CallMetadata,
     ) -> web.StreamResponse:
         # The Graph API lives on the same endpoint and authentication (issue 6, graph.md).
-        return await serve_graph_websocket(request, router_opener(self._router, agent_id), impersonation)
+        opener = router_opener(self._router, agent_id, metadata)
+        return await serve_graph_websocket(request, opener, impersonation)
+        # Routed calls of the watches in flight: ended cleanly when kas shuts down.
+        self._watches: set[asyncio.Task[status_pb2.Status | None]] = set()
+        self._ending_watches: bool = False
 
     async def start(self) -> int:
         """Bind and serve; return the bound TCP port (0 for a unix socket).
@@ -151,10 +172,23 @@ class KubernetesApiProxy:
         return int(addresses[0][1]) if addresses and isinstance(addresses[0], tuple) else 0
 
     async def stop(self) -> None:
-        """Stop accepting, let in-flight requests run for ``shutdown_grace_period``, then cut them."""
+        """Stop accepting, end watches cleanly, let other requests run for ``shutdown_grace_period``, then cut them.
+
+        A watch never ends by itself, so waiting the grace period would only end it by cutting the connection;
+        instead it ends at once with its terminating chunk, as the API server does on shutdown, and the client
+        watches again through another kas (issue 9 item 7).
+        """
+        self._ending_watches = True
+        for route in list(self._watches):
+            route.cancel()
         await self._runner.cleanup()
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        request_id = new_request_id()
+        with bind(request_id=request_id):
+            return await self._handle_bound(request, request_id)
+
+    async def _handle_bound(self, request: web.BaseRequest, request_id: str) -> web.StreamResponse:
         cors: dict[str, str] = {}
         try:
             cors = cors_headers(request.headers, self._external_url)
@@ -169,12 +203,14 @@ class KubernetesApiProxy:
                     f"Forbidden: {NESTED_IMPERSONATION}: the request carries {name}, but agent "
                     f"{auth.agent_id} is reached as GitLab user {auth.username!r} (access_as: user)",
                 )
-            own = self.paths.get(url_path)
-            if own is not None:
-                return await own(request, credentials.agent_id, impersonation)
-            upgrade = is_upgrade(request.headers.items())
-            call = ProxyCall(request, request_header(request, url_path, impersonation), upgrade, cors)
-            return await self._forward(request, call, credentials.agent_id)
+            metadata = ((REQUEST_ID_METADATA, request_id),)
+            with bind(agent_id=credentials.agent_id):
+                own = self.paths.get(url_path)
+                if own is not None:
+                    return await own(request, credentials.agent_id, impersonation, metadata)
+                upgrade = is_upgrade(request.headers.items())
+                call = ProxyCall(request, request_header(request, url_path, impersonation), upgrade, cors)
+                return await self._forward(request, call, credentials.agent_id, metadata)
         except ProxyError as exc:
             log.debug("k8s proxy refused %s %s: %d %s", request.method, request.rel_url.path, exc.code, exc.message)
             return status_response(exc, cors)
@@ -204,17 +240,25 @@ class KubernetesApiProxy:
             raise ProxyError(400, f"Bad request: URL path {path[:200]!r} is not under {self._prefix!r}")
         return "/" + path[len(self._prefix) :]
 
-    async def _forward(self, request: web.BaseRequest, call: ProxyCall, agent_id: int) -> web.StreamResponse:
+    async def _forward(
+        self, request: web.BaseRequest, call: ProxyCall, agent_id: int, metadata: tuple[tuple[str, str], ...]
+    ) -> web.StreamResponse:
+        watch = is_watch(request)
+        timeout_s = request_timeout_s(request)
+        route = asyncio.ensure_future(self._router.route(agent_id, MAKE_REQUEST, metadata, call, timeout_s))
+        if watch:
+            self._watches.add(route)
         try:
-            status = await self._router.route(agent_id, MAKE_REQUEST, (), call, request_timeout_s(request))
+            status = await route
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if not (self._ending_watches and route.cancelled() and current is not None and not current.cancelling()):
+                raise
+            return await self._end_watch(call, "kas is shutting down")
         except RoutingError as exc:
+            if watch and call.head_sent:
+                return await self._end_watch(call, exc.message)
             code = exc.http_code
-            if code == 504 and call.response is not None and call.raw is None:
-                # The client's own timeout ended a streaming answer (e.g. a watch): end it as the API server
-                # ends a watch at timeoutSeconds, with the terminating chunk.
-                with contextlib.suppress(ConnectionError, RuntimeError):
-                    await call.response.write_eof()
-                return call.response
             return self._fail(call, ProxyError(code, exc.message if code == 504 else f"Proxy error: {exc.message}"))
         except ResponseStreamError as exc:
             return self._fail(call, ProxyError(502, f"Proxy error: {exc}"))
@@ -222,17 +266,32 @@ class KubernetesApiProxy:
             log.debug("k8s proxy client went away: %r", exc)
             return self._fail(call, ProxyError(502, "Proxy error: the client connection failed"))
         finally:
+            self._watches.discard(route)
             if call.raw is not None:
                 call.raw.close()
         if status is not None and status.code != 0:
             return self._fail(call, _agent_failure(status))
         if not call.complete:
+            if watch and call.head_sent:
+                return await self._end_watch(call, "the agent ended the watch")
             return self._fail(call, ProxyError(502, "Proxy error: the agent ended the response early"))
         assert call.response is not None
         return call.response
 
+    async def _end_watch(self, call: ProxyCall, why: str) -> web.StreamResponse:
+        """End a watch with its terminating chunk: a client simply watches again (the API server does the same)."""
+        if call.response is None or call.raw is not None:
+            return self._fail(call, ProxyError(503, f"Service unavailable: {why}"))
+        log.info("k8s proxy watch ended: %s", why)
+        try:
+            await call.response.write_eof()
+        except ConnectionError:
+            call.abort()
+        return call.response
+
     @staticmethod
     def _fail(call: ProxyCall, error: ProxyError) -> web.StreamResponse:
+        log.info("k8s proxy request failed: %d %s", error.code, error.message)
         if not call.head_sent or call.response is None:
             return status_response(error, call.extra_headers)
         # The head is out: the only way left to signal the failure is to cut the connection.

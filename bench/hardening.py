@@ -1,0 +1,165 @@
+"""Hardening benchmarks (issue 9): back-pressure, refresh at 20,000 connections, chaos, 10,000 agents.
+
+Usage: ``uv run python bench/hardening.py [--agents N] [--part all|tests|agents]``
+
+The first three figures come from the tests that check them, run here through pytest with
+``TETHER_BENCH_DIR`` set so they write their measurements:
+
+- ``slow_client_kas_rss_growth_mib``: the largest kas RSS growth (either kas) while a client does not read
+  a 100 MiB response, over same kas / cross kas, plain / upgraded (``tests/e2e/test_back_pressure.py``);
+- ``refresh_20000_connections_seconds``: one refresh of 20,000 simulated connections (agent tracker and
+  tunnel tracker) on real Redis (``tests/integration/test_redis_state.py``);
+- ``chaos_recovery_seconds`` (worst of the three disruptions) and ``chaos_failed_requests``
+  (``tests/e2e/test_chaos.py``).
+
+The 10,000-agent figures are measured here: one kas on a private Redis, and ``bench/sim_agents.py`` holding
+N agents with one HTTP/2 connection each (as real agentk connects), each with a configuration stream and two
+idle tunnels. ``connect_10000_agents_seconds`` runs from the simulator's start until kas counts every agent
+and every tunnel; ``kas_rss_10000_agents_mib`` is kas' RSS then; ``stream_reopens_10000_agents`` counts the
+streams the agents had to re-open during the run. Writes ``bench/results/hardening.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.fixtures.hub import RunningHub
+from tests.fixtures.system import KasProc, System, write_private_secret
+from tether.devenv.redis_server import RedisServer
+
+HERE = Path(__file__).parent
+ROOT = HERE.parent
+RESULTS = HERE / "results" / "hardening.json"
+TESTS = [
+    "tests/e2e/test_back_pressure.py",
+    "tests/integration/test_redis_state.py::test_20000_connections_refresh_while_routed_reads_stay_fast",
+    "tests/e2e/test_chaos.py",
+]
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS")
+
+
+async def gauge(kas: KasProc, name: str) -> float:
+    """A gauge of kas' metrics; -1 while kas is too busy to answer (during the connection storm)."""
+    try:
+        return await asyncio.to_thread(kas.gauge, name)
+    except (OSError, KeyError):
+        return -1.0
+
+
+def from_tests(directory: Path) -> dict[str, tuple[float, str]]:
+    """Run the measuring tests with ``TETHER_BENCH_DIR`` and read back what they wrote."""
+    env = dict(os.environ, TETHER_BENCH_DIR=str(directory))
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-s", *TESTS]
+    subprocess.run(command, cwd=ROOT, env=env, check=True)
+    growth = 0.0
+    for path in directory.glob("back_pressure_*.json"):
+        figures = json.loads(path.read_text())
+        growth = max(growth, figures["growth_mib"]["kas1"], figures["growth_mib"]["kas2"])
+        print(f"{path.stem}: {figures}")
+    refresh = json.loads((directory / "refresh_20000.json").read_text())
+    chaos = json.loads((directory / "chaos.json").read_text())
+    print(f"refresh: {refresh}\nchaos: {chaos}")
+    return {
+        "slow_client_kas_rss_growth_mib": (growth, "MiB"),
+        "refresh_20000_connections_seconds": (refresh["refresh_s"], "s"),
+        "chaos_recovery_seconds": (max(chaos["recovery_s"].values()), "s"),
+        "chaos_failed_requests": (chaos["failed_requests"], "count"),
+    }
+
+
+async def many_agents(count: int) -> dict[str, tuple[float, str]]:
+    """kas with ``count`` simulated agents, one HTTP/2 connection each."""
+    with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp:
+        directory = Path(tmp)
+        redis = RedisServer(directory / "redis").start()
+        running = RunningHub(directory / "hub")
+        hub = running.hub
+        system = System(directory, hub, write_private_secret(directory / "private_secret"), None, redis)
+        prefix = f"many{time.monotonic_ns()}-"
+        for i in range(count):
+            hub.add_agent(f"{prefix}{i}", 300_000 + i, 400_000 + i // 10)
+        try:
+            kas = system.kas(agent={"configuration": {"poll_period": "3600s"}})
+            assert kas.process is not None
+            began = time.monotonic()
+            target = kas.agent_address.removeprefix("grpc://")
+            sim = subprocess.Popen(
+                [sys.executable, str(HERE / "sim_agents.py"), target, prefix, str(count), "1"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            try:
+                deadline = began + 600
+                while (await gauge(kas, "tunnels_idle")) < 2 * count or (
+                    await gauge(kas, "connected_agents_count")
+                ) < count:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"agents did not all connect: {await gauge(kas, 'tunnels_idle')} tunnels")
+                    await asyncio.sleep(0.5)
+                connect_s = time.monotonic() - began
+                await asyncio.sleep(10)  # settle: anything that breaks shows as re-opened streams
+                rss = rss_mib(kas.process.pid)
+            finally:
+                assert sim.stdin is not None and sim.stdout is not None
+                sim.stdin.close()
+                ended = {}
+                for line in sim.stdout:
+                    if line.startswith("ended "):
+                        ended = json.loads(line.removeprefix("ended "))
+                sim.wait(120)
+            log = (kas.directory / "kas.log").read_text()
+            redis_failures = sum(word in log for word in ("MaxConnectionsError", "Too many connections"))
+        finally:
+            system.stop_all()
+            running.stop()
+            redis.stop()
+    print(f"re-opened streams by status: {ended}; Redis pool failures in the kas log: {redis_failures}")
+    return {
+        f"kas_rss_{count}_agents_mib": (rss, "MiB"),
+        f"connect_{count}_agents_seconds": (connect_s, "s"),
+        f"stream_reopens_{count}_agents": (sum(ended.values()), "count"),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agents", type=int, default=10_000, help="simulated agents, one connection each")
+    parser.add_argument(
+        "--part",
+        choices=["all", "tests", "agents"],
+        default="all",
+        help="measure only the test figures or only the many-agents figures (the others in the file are kept)",
+    )
+    args = parser.parse_args()
+    figures: dict[str, tuple[float, str]] = {}
+    if args.part in ("all", "tests"):
+        with tempfile.TemporaryDirectory(prefix="tether-bench-figures-") as tmp:
+            figures.update(from_tests(Path(tmp)))
+    if args.part in ("all", "agents"):
+        figures.update(asyncio.run(many_agents(args.agents)))
+    for name, (value, unit) in figures.items():
+        print(f"{name:36s} {value:10.2f} {unit}")
+    kept = json.loads(RESULTS.read_text()) if RESULTS.exists() and args.part != "all" else []
+    results = [r for r in kept if r["metric"] not in figures]
+    results += [{"metric": k, "value": round(v, 2), "unit": u} for k, (v, u) in figures.items()]
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""One request followed across processes by its ``request_id`` (issue 9 item 6).
+
+kas gives each proxied request an id, logs with it, and passes it to agentk (gRPC metadata) and to the hub
+(``X-Request-Id``); every process writes JSON lines with the same context fields.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from tests.e2e.test_k8s_proxy_upgrade import client_tls
+from tests.fixtures.bulk_endpoint import Bulk, agent_behind
+from tests.fixtures.hub import RealHub
+from tests.fixtures.system import System
+from tests.support.polling import poll_sync
+from tether.modserver.gitlab_client import GitlabClient, GitlabClientError
+from tether.tool.logs import bind
+
+pytestmark = [pytest.mark.redis]
+
+
+def json_lines(path: Path) -> list[dict[str, Any]]:
+    lines = []
+    for text in path.read_text().splitlines():
+        try:
+            lines.append(json.loads(text))
+        except json.JSONDecodeError:
+            continue
+    return lines
+
+
+async def test_request_id_follows_a_request_from_kas_to_agentk(
+    system: System, kas_hub: RealHub, bulk: Bulk, tmp_path: Path
+) -> None:
+    kas1, kas2 = system.kas(), system.kas()
+    agent_id, pat = await agent_behind(system, kas_hub, bulk, kas2, tmp_path)
+    agentk = system.started[-1]
+    async with (
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_tls(kas1))) as session,
+        session.get(kas1.k8s_proxy_url + "broken", headers={"Authorization": f"Bearer pat:{agent_id}:{pat}"}) as resp,
+    ):
+        assert resp.status == 502
+
+    kas_log = kas1.directory / "kas.log"
+    agentk_log = system.directory / f"{agentk.name}.log"
+
+    def failures() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        on_kas = [e for e in json_lines(kas_log) if "k8s proxy request failed" in str(e.get("event"))]
+        on_agentk = [e for e in json_lines(agentk_log) if e.get("event") == "k8s_proxy_request_failed"]
+        return on_kas, on_agentk
+
+    poll_sync(lambda: all(failures()), "both processes logging the failed request", limit=10)
+    on_kas, on_agentk = failures()
+    assert on_kas[-1]["request_id"] == on_agentk[-1]["request_id"]
+    assert on_kas[-1]["agent_id"] == agent_id == on_agentk[-1]["agent_id"]
+    assert on_kas[-1]["kas_url"] == kas1.private_url
+    assert on_agentk[-1]["kas_url"].endswith(str(kas2.ports["agent"]))
+
+
+async def test_kas_sends_the_request_id_to_the_hub() -> None:
+    seen: list[str | None] = []
+
+    async def agent_info(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("X-Request-Id"))
+        return web.json_response({"message": "no"}, status=401)
+
+    app = web.Application()
+    app.router.add_get("/api/v4/internal/kubernetes/agent_info", agent_info)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    client = GitlabClient(f"http://127.0.0.1:{runner.addresses[0][1]}", b"s" * 32)
+    try:
+        with bind(request_id="r-123"), pytest.raises(GitlabClientError):
+            await client.get_agent_info("token")
+        with pytest.raises(GitlabClientError):
+            await client.get_agent_info("token")
+    finally:
+        await client.close()
+        await runner.cleanup()
+    assert seen == ["r-123", None]
