@@ -124,6 +124,9 @@ class KubernetesApiProxy:
             access_log=None,
         )
         self._runner = web.ServerRunner(server, shutdown_timeout=config.listen.shutdown_grace_period)
+        # Routed calls of the watches in flight: ended cleanly when kas shuts down.
+        self._watches: set[asyncio.Task[status_pb2.Status | None]] = set()
+        self._ending_watches = False
         #: Paths under the prefix that kas answers itself instead of relaying ``MakeRequest``.
         self.paths: dict[str, ProxyPathHandler] = {GRAPH_PATH: self._graph}
 
@@ -137,9 +140,6 @@ class KubernetesApiProxy:
         # The Graph API lives on the same endpoint and authentication (issue 6, graph.md).
         opener = router_opener(self._router, agent_id, metadata)
         return await serve_graph_websocket(request, opener, impersonation)
-        # Routed calls of the watches in flight: ended cleanly when kas shuts down.
-        self._watches: set[asyncio.Task[status_pb2.Status | None]] = set()
-        self._ending_watches: bool = False
 
     async def start(self) -> int:
         """Bind and serve; return the bound TCP port (0 for a unix socket).
