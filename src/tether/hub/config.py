@@ -36,6 +36,8 @@ ENV_OVERRIDES = {
     "TETHER_HUB_LOG_LEVEL": "logging.level",
     "TETHER_HUB_SESSION_LIFETIME": "sessions.lifetime",
     "TETHER_HUB_KAS_COOKIE_DOMAIN": "sessions.kas_cookie_domain",
+    "TETHER_HUB_KAS_K8S_PROXY_URL": "kas.k8s_proxy_url",
+    "TETHER_HUB_KAS_K8S_PROXY_CA_FILE": "kas.k8s_proxy_ca_certificate_file",
 }
 
 
@@ -79,12 +81,26 @@ class KasCF(_Section):
             gitlab secret (upstream deploys one secret for both directions).
         ca_certificate_file: PEM CA for a TLS api listener; None means plaintext.
         timeout: seconds to wait for kas per call.
+        k8s_proxy_url: kas' Kubernetes API proxy as users reach it, ending with its ``url_path_prefix``
+            (``https://kas.example.com/k8s-proxy/``): the web console's kubectl snippet and graph relay use it;
+            None hides both.
+        k8s_proxy_ca_certificate_file: PEM CA of that proxy's certificate, for the console's graph relay and
+            the kubectl snippet; None means the system's trusted CAs.
     """
 
     api_address: str | None = None
     authentication_secret_file: Path | None = None
     ca_certificate_file: Path | None = None
     timeout: Duration = 3.0
+    k8s_proxy_url: str | None = None
+    k8s_proxy_ca_certificate_file: Path | None = None
+
+    @field_validator("k8s_proxy_url")
+    @classmethod
+    def _proxy_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"https?://[^/\s?#]+(/[^\s?#]*)?", value):
+            raise ValueError(f"{value!r} is not an http:// or https:// URL")
+        return value if value is None or value.endswith("/") else value + "/"
 
 
 class SessionsCF(_Section):

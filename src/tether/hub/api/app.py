@@ -33,6 +33,7 @@ from tether.hub.api.routes_users import router as users_router
 from tether.hub.api.state import HubState
 from tether.hub.api.throttle import FailedAuthThrottle
 from tether.hub.config import HubConfig
+from tether.hub.console import routes as console
 from tether.hub.db.engine import Database
 from tether.hub.db.migrate import ensure_current
 from tether.hub.kas_client import KasApiClient
@@ -111,6 +112,7 @@ def create_app(config: HubConfig, gitlab_secret: bytes) -> FastAPI:
 
     app.include_router(api)
     app.include_router(sessions_router)
+    console.install(app)
 
     @app.get("/-/health", tags=["meta"], summary="Liveness")
     async def health() -> dict[str, str]:
