@@ -45,8 +45,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from graph import QUERY, Api, populate
 
 from tests.fixtures.hub import HubLauncher
-from tests.fixtures.hub_stub import write_private_secret
-from tests.fixtures.system import System
+from tests.fixtures.system import System, write_private_secret
 from tether.devenv import pki
 from tether.devenv.cluster import LocalCluster
 

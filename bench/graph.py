@@ -40,8 +40,8 @@ import grpc
 from grpc import aio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.fixtures.hub_stub import start_stub, write_private_secret
-from tests.fixtures.system import System
+from tests.fixtures.hub import RunningHub
+from tests.fixtures.system import System, write_private_secret
 from tether.devenv import pki
 from tether.devenv.cluster import LocalCluster
 from tether.kube.client import KubeClient
@@ -335,7 +335,8 @@ async def initial_delivery_through_kas(
 async def through_kas(directory: Path, kubeconfig: Path, namespaces: list[str], expected: int) -> tuple[float, float]:
     """The 5,000-object graph through a real kas and ``tether agentk``: (seconds, agentk RSS growth MiB)."""
     directory.mkdir(parents=True, exist_ok=True)
-    hub, runner = await start_stub(directory)
+    running = RunningHub(directory / "hub")
+    hub = running.hub
     tls = pki.generate(directory / "proxy-tls")
     system = System(directory, hub, write_private_secret(directory / "private_secret"), kubeconfig, None, tls)
     try:
@@ -361,7 +362,7 @@ async def through_kas(directory: Path, kubeconfig: Path, namespaces: list[str], 
         return seconds, rss_mib(agentk.process.pid) - before
     finally:
         system.stop_all()
-        await runner.cleanup()
+        running.stop()
 
 
 async def run(args: argparse.Namespace) -> list[dict[str, Any]]:

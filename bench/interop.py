@@ -34,8 +34,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.fixtures.hub import HubLauncher
-from tests.fixtures.hub_stub import write_private_secret
-from tests.fixtures.system import System
+from tests.fixtures.system import System, write_private_secret
 from tests.interop.harness import Interop, answers_200
 from tether.devenv import pki, upstream
 from tether.devenv.assets import locate

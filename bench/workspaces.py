@@ -37,8 +37,7 @@ from grpc import aio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.fixtures.hub import HubLauncher, RealHub
-from tests.fixtures.hub_stub import write_private_secret
-from tests.fixtures.system import System
+from tests.fixtures.system import System, write_private_secret
 from tests.hub.helpers import kas_config, project_with_agent
 from tests.hub.workspace_helpers import CREATE, DEVFILE, graphql
 from tether.devenv.assets import locate

@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.fixtures.k8s import cluster_assets
 from tests.fixtures.system import TETHER
-from tether.devenv.assets import AssetsMissing, locate
 from tether.devenv.process import pid_alive
 from tether.devenv.up import HUB_PORT
 
@@ -24,10 +24,7 @@ pytestmark = pytest.mark.k8s
 def test_tether_up_then_kubectl_through_kas_then_ctrl_c(
     tmp_path: Path, replicas: int, request: pytest.FixtureRequest
 ) -> None:
-    try:
-        kubectl = locate()["kubectl"]
-    except AssetsMissing as exc:
-        pytest.skip(str(exc))
+    kubectl = cluster_assets()["kubectl"]
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
     log = (tmp_path / "up.log").open("w+")
     args = [TETHER, "up", "--state-dir", str(tmp_path / "state")]

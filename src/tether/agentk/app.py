@@ -29,6 +29,7 @@ from tether.modagent.internal_server import InternalServer
 from tether.modshared.supervisor import ModuleSupervisor
 from tether.modules.agent_configuration.agent import ConfigurationWatcher, build_agent_meta
 from tether.pb.gitlab.agent.agentcfg import agentcfg_pb2
+from tether.tool.http_server import SafeAppRunner
 from tether.tool.logs import set_process_fields, setup_logging
 from tether.tool.supervisor import supervise
 from tether.tunnel.agent.connection import ConnectedTunnels, TunnelConnection
@@ -166,7 +167,7 @@ class AgentkApp:
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/liveness", self._liveness)
         app.router.add_get("/readiness", self._readiness)
-        runner = web.AppRunner(app, access_log=None)
+        runner = SafeAppRunner(app, access_log=None)
         await runner.setup()
         host = self._config.observability_host or None
         site = web.TCPSite(runner, host, self._config.observability_port)

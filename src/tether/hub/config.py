@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tether.hub.db.engine import DatabaseUrlError, check_url
 from tether.tool.durations import Duration
@@ -164,6 +164,18 @@ class SessionsCF(_Section):
         return value
 
 
+class SecurityCF(_Section):
+    """Abuse limits (issue 9 item 4).
+
+    Attributes:
+        failed_auth_per_source_per_minute: failed sign-ins and unknown tokens per client address and minute
+            before that address gets 429 (counted per hub process); 0 turns the throttle off. Behind a proxy
+            every client shares its address: raise the limit or throttle there.
+    """
+
+    failed_auth_per_source_per_minute: int = Field(default=60, ge=0)
+
+
 class LoggingCF(_Section):
     """Process logging level."""
 
@@ -188,6 +200,7 @@ class HubConfig(_Section):
     kas: KasCF = KasCF()
     gitaly: GitalyCF = GitalyCF()
     sessions: SessionsCF = SessionsCF()
+    security: SecurityCF = SecurityCF()
     logging: LoggingCF = LoggingCF()
 
     @property

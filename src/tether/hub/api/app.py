@@ -12,6 +12,8 @@ from contextlib import asynccontextmanager
 
 import grpc
 from fastapi import APIRouter, FastAPI
+from fastapi.responses import PlainTextResponse
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from tether import __version__
 from tether.hub.api import errors
@@ -32,6 +34,7 @@ from tether.hub.api.routes_sessions import router as sessions_router
 from tether.hub.api.routes_users import router as users_router
 from tether.hub.api.routes_workspaces_internal import router as workspaces_internal_router
 from tether.hub.api.state import HubState
+from tether.hub.api.throttle import FailedAuthThrottle
 from tether.hub.config import HubConfig
 from tether.hub.console import routes as console
 from tether.hub.db.engine import Database
@@ -80,7 +83,14 @@ def create_app(config: HubConfig, gitlab_secret: bytes) -> FastAPI:
                 token = gitaly_token(config)
                 gitaly = GitalyServer(db, token, config.gitaly.listen)
                 await gitaly.start()
-            app.state.hub = HubState(config=config, db=db, gitlab_secret=gitlab_secret, kas=kas, gitaly_token=token)
+            app.state.hub = HubState(
+                config=config,
+                db=db,
+                gitlab_secret=gitlab_secret,
+                kas=kas,
+                throttle=FailedAuthThrottle(config.security.failed_auth_per_source_per_minute),
+                gitaly_token=token,
+            )
             log.info("hub ready on %s (database: %s)", config.listen, db.backend)
             yield
         finally:
@@ -127,6 +137,11 @@ def create_app(config: HubConfig, gitlab_secret: bytes) -> FastAPI:
     async def health() -> dict[str, str]:
         """200 while the process serves requests."""
         return {"status": "ok"}
+
+    @app.get("/-/metrics", tags=["meta"], summary="Prometheus metrics", response_class=PlainTextResponse)
+    async def metrics() -> PlainTextResponse:
+        """Process metrics, e.g. ``tether_rate_limited_total{limit="hub_auth_failures"}`` (counts only)."""
+        return PlainTextResponse(generate_latest(REGISTRY).decode(), media_type=CONTENT_TYPE_LATEST)
 
     app.add_middleware(FormBodyMiddleware)
     app.add_middleware(KasJwtMiddleware)

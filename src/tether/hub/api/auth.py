@@ -31,12 +31,19 @@ async def authenticated(
 
     Raises:
         Unauthorized: no token, or an unknown, revoked or expired one.
+        TooManyRequests: this client address failed too often (``api/throttle.py``).
     """
     token = private_token or (bearer.credentials if bearer is not None else None)
     if not token:
         raise Unauthorized()
-    async with hub_state(request).db.transaction() as session:
-        return await users.authenticate(session, token)
+    state = hub_state(request)
+    await state.throttle.check(request)
+    try:
+        async with state.db.transaction() as session:
+            return await users.authenticate(session, token)
+    except Unauthorized:
+        await state.throttle.failed(request)
+        raise
 
 
 def _reader(principal: Annotated[Principal, Depends(authenticated)]) -> Principal:

@@ -17,6 +17,7 @@ from tether.hub.errors import BadRequest, Conflict, InvalidToken, NotFound, Unau
 from tether.hub.service.paths import path_taken
 from tether.hub.service.principal import SCOPES, Principal
 from tether.hub.validation import check_name, check_path
+from tether.tool.ids import is_ascii_number, parse_id
 
 log = logging.getLogger(__name__)
 #: ``last_used_at`` is written at most this often per token, so authentication stays mostly read-only.
@@ -67,8 +68,9 @@ async def get_user(session: AsyncSession, ref: str | int) -> User:
     Raises:
         NotFound: ``404 User Not Found``.
     """
-    if isinstance(ref, int) or ref.isdigit():
-        user = await session.get(User, int(ref))
+    if isinstance(ref, int) or is_ascii_number(ref):
+        row_id = parse_id(ref)
+        user = await session.get(User, row_id) if row_id is not None else None
     else:
         user = await session.scalar(select(User).where(User.username == ref))
     if user is None:

@@ -110,7 +110,10 @@ class AgentConfigurationServicer(rpc_pb2_grpc.AgentConfigurationServicer):
         if not request.skip_register:
             await self._tracker.register_connection(info)
         try:
-            await self._stream(request.commit_id, agent, token, context)
+            with self._auth.hold(context.invocation_metadata()):  # a revoked token's stream is cancelled
+                await self._stream(request.commit_id, agent, token, context)
+        except AuthError as exc:
+            await context.abort(exc.code, exc.message)
         finally:
             if not request.skip_register:
                 # The registration must go even when the stream was cancelled.

@@ -21,7 +21,7 @@ from tether.pb.gitlab.agent.reverse_tunnel.info import info_pb2
 from tether.pb.gitlab.agent.reverse_tunnel.rpc import rpc_pb2, rpc_pb2_grpc
 from tether.tool.automaton import StreamAutomaton, StreamOrderError
 from tether.tool.backoff import Backoff
-from tether.tool.grpc_meta import Metadata, meta_to_values, status_to_proto, values_to_meta
+from tether.tool.grpc_meta import Metadata, meta_to_values, status_to_proto, timeout_from, values_to_meta
 from tether.tool.grpc_stream import CallWriter
 from tether.tool.relay import dispatch, pump
 from tether.tunnel.agent.pool import TunnelListener
@@ -219,7 +219,9 @@ class _ForwardedCall:
         self._call: _RawCall | None = None
         self._writer: CallWriter | None = None
         if _valid_method(info.method_name):
-            self._call = channel.stream_stream(info.method_name)(metadata=values_to_meta(info.meta))
+            metadata = values_to_meta(info.meta)
+            # kas' deadline for the call (tether-timeout-ms): gRPC's own deadline does not cross the tunnel.
+            self._call = channel.stream_stream(info.method_name)(metadata=metadata, timeout=timeout_from(metadata))
             self._writer = CallWriter(self._call)
         _log.debug("tunnel_request", method=info.method_name)
         self._pump = asyncio.create_task(self._respond())
