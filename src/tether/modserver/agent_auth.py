@@ -150,7 +150,8 @@ class AgentAuthenticator:
     def hold(self, metadata: MetadataIn | None) -> Iterator[None]:
         """Register the running RPC (the current task) as opened with the metadata's token.
 
-        Revoking the token cancels the task. Use after :meth:`authenticate` succeeded, around the RPC's life.
+        Revoking the token ends the RPC with UNAUTHENTICATED (its task is cancelled, then answers). Use after
+        :meth:`authenticate` succeeded, around the RPC's life.
 
         Raises:
             AuthError: UNAUTHENTICATED when the token was revoked meanwhile, or the metadata has no token.
@@ -164,6 +165,13 @@ class AgentAuthenticator:
         held.add(task)
         try:
             yield
+        except asyncio.CancelledError:
+            # grpc.aio sends no status for a handler that ends cancelled, so the peer would hang until its
+            # deadline: a cancellation caused by the revocation becomes UNAUTHENTICATED instead.
+            if digest in self._revoked and task.cancelling():
+                task.uncancel()
+                raise AuthError(grpc.StatusCode.UNAUTHENTICATED, _MESSAGES[401]) from None
+            raise
         finally:
             held.discard(task)
             if not held and self._held.get(digest) is held:

@@ -113,6 +113,7 @@ class AgentConfigurationServicer(rpc_pb2_grpc.AgentConfigurationServicer):
             with self._auth.hold(context.invocation_metadata()):  # a revoked token's stream is cancelled
                 await self._stream(request.commit_id, agent, token, context)
         except AuthError as exc:
+            await self._forget_connections(agent)
             await context.abort(exc.code, exc.message)
         finally:
             if not request.skip_register:
