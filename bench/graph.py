@@ -47,8 +47,8 @@ import aiohttp
 import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.fixtures.hub_stub import start_stub, write_private_secret
-from tests.fixtures.system import System
+from tests.fixtures.hub import RunningHub
+from tests.fixtures.system import System, write_private_secret
 from tether.devenv import pki
 from tether.devenv.cluster import ClusterInfo, LocalCluster
 
@@ -357,7 +357,8 @@ async def measure(
 ) -> dict[str, float]:
     """One size in a fresh kas and agentk: initial state, RSS growth, CPU; change latency if asked."""
     directory.mkdir(parents=True, exist_ok=True)
-    hub, runner = await start_stub(directory)
+    running = RunningHub(directory / "hub")
+    hub = running.hub
     tls = pki.generate(directory / "proxy-tls")
     system = System(directory, hub, write_private_secret(directory / "private_secret"), kubeconfig, None, tls)
     figures: dict[str, float] = {}
@@ -425,7 +426,7 @@ async def measure(
             await ws.close()
     finally:
         system.stop_all()
-        await runner.cleanup()
+        running.stop()
     return figures
 
 

@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.fixtures.hub_stub import start_stub, write_private_secret
-from tests.fixtures.system import KasProc, System
+from tests.fixtures.hub import RunningHub
+from tests.fixtures.system import KasProc, System, write_private_secret
 from tether.devenv.redis_server import RedisServer
 
 HERE = Path(__file__).parent
@@ -87,7 +87,8 @@ async def many_agents(count: int) -> dict[str, tuple[float, str]]:
     with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp:
         directory = Path(tmp)
         redis = RedisServer(directory / "redis").start()
-        hub, runner = await start_stub(directory)
+        running = RunningHub(directory / "hub")
+        hub = running.hub
         system = System(directory, hub, write_private_secret(directory / "private_secret"), None, redis)
         prefix = f"many{time.monotonic_ns()}-"
         for i in range(count):
@@ -126,7 +127,7 @@ async def many_agents(count: int) -> dict[str, tuple[float, str]]:
             redis_failures = sum(word in log for word in ("MaxConnectionsError", "Too many connections"))
         finally:
             system.stop_all()
-            await runner.cleanup()
+            running.stop()
             redis.stop()
     print(f"re-opened streams by status: {ended}; Redis pool failures in the kas log: {redis_failures}")
     return {

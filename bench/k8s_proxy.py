@@ -24,8 +24,8 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.fixtures.hub_stub import start_stub, write_private_secret
-from tests.fixtures.system import System
+from tests.fixtures.hub import RunningHub
+from tests.fixtures.system import System, write_private_secret
 from tether.devenv import pki
 from tether.devenv.assets import locate
 from tether.devenv.cluster import LocalCluster, write_kubeconfig
@@ -70,7 +70,8 @@ async def run(pods: int, runs: int, gets: int) -> list[dict[str, object]]:
         cluster = LocalCluster(directory / "cluster")
         info = cluster.start()
         redis = RedisServer(directory / "redis").start()
-        hub, runner = await start_stub(directory)
+        running = RunningHub(directory / "hub")
+        hub = running.hub
         private = write_private_secret(directory / "private_secret")
         tls = pki.generate(directory / "proxy-tls")
         system = System(directory, hub, private, info.kubeconfig, redis, tls)
@@ -125,7 +126,7 @@ async def run(pods: int, runs: int, gets: int) -> list[dict[str, object]]:
             raise
         finally:
             system.stop_all()
-            await runner.cleanup()
+            running.stop()
             redis.stop()
             cluster.stop()
     ratio = statistics.median(proxied_s) / statistics.median(direct_s)

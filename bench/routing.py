@@ -24,8 +24,8 @@ from pathlib import Path
 import grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.fixtures.hub_stub import start_stub, write_private_secret
-from tests.fixtures.system import KasProc, System
+from tests.fixtures.hub import RunningHub
+from tests.fixtures.system import KasProc, System, write_private_secret
 from tether.devenv.redis_server import RedisServer
 from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_GITLAB, mint
 
@@ -168,7 +168,8 @@ async def run(calls: int, agent_count: int, throughput_runs: int) -> list[dict[s
     with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp:
         directory = Path(tmp)
         redis = RedisServer(directory / "redis").start()
-        hub, runner = await start_stub(directory)
+        running = RunningHub(directory / "hub")
+        hub = running.hub
         private = write_private_secret(directory / "private_secret")
         system = System(directory, hub, private, None, redis)
         agents = BenchAgents(directory)
@@ -190,7 +191,7 @@ async def run(calls: int, agent_count: int, throughput_runs: int) -> list[dict[s
         finally:
             agents.stop()
             system.stop_all()
-            await runner.cleanup()
+            running.stop()
             redis.stop()
     figures = {
         "same_kas_unary_p50_ms": (statistics.median(same_ms), "ms"),

@@ -4,17 +4,29 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(redis-server postgresql)
-
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
+# The web console: npm fetches its browser libraries; the browser tests drive Debian's Chromium.
+command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium fonts-dejavu-core)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "bootstrap: installing Debian packages: ${missing[*]}"
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${APT_PACKAGES[@]}" >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The console's browser libraries (package-lock.json) from the npm registry, served by the hub as static files:
+# nothing is loaded from a CDN at run time.
+VENDOR=src/tether/hub/console/static/vendor
+if [ ! -f "$VENDOR/.package-lock.json" ] || ! cmp -s package-lock.json "$VENDOR/.package-lock.json"; then
+  echo "bootstrap: installing the web console's browser libraries (npm ci)"
+  npm ci --no-audit --no-fund --loglevel=error
+  mkdir -p "$VENDOR"
+  cp node_modules/htmx.org/dist/htmx.min.js node_modules/cytoscape/dist/cytoscape.min.js "$VENDOR/"
+  cp package-lock.json "$VENDOR/.package-lock.json"
 fi
 
 # `python3 -m uv` works whether or not the uv script landed on PATH (pyenv shims need a rehash).
@@ -28,3 +40,7 @@ python3 -m uv sync --frozen --quiet --python python3.11
 # Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kwok once per
 # machine (cached under ~/.cache/tether); prints progress, returns at once when cached.
 .venv/bin/tether dev cluster build
+
+# Builds upstream GitLab kas, agentk and glab from ../shared/upstream once per machine (cached under
+# ~/.cache/tether/upstream), the peers of the interop tests; prints progress, returns at once when cached.
+.venv/bin/tether dev upstream build

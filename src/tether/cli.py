@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str, str | None]] = {
     "agentk": ("tether.agentk.command", "agentk_command", None),
     "hub": ("tether.hub.command", "hub", "hub"),
     "graph": ("tether.modules.graph.client.command", "graph_command", "client"),
+    "workspace": ("tether.modules.remote_development.client.command", "workspace_command", "client"),
     "up": ("tether.devenv.up", "up", "devenv"),
     "dev": ("tether.devenv.commands", "dev", "devenv"),
 }

@@ -22,7 +22,7 @@ import pytest
 
 from tests.e2e.test_k8s_proxy_upgrade import client_tls
 from tests.fixtures.bulk_endpoint import CHUNK, TOTAL, Bulk, agent_behind, rss_mib
-from tests.fixtures.hub_stub import HubStub
+from tests.fixtures.hub import RealHub
 from tests.fixtures.system import KasProc, System
 
 pytestmark = [pytest.mark.redis]
@@ -51,10 +51,10 @@ async def open_client(kas: KasProc, tls: ssl.SSLContext) -> tuple[asyncio.Stream
 @pytest.mark.parametrize("route", ["same_kas", "cross_kas"])
 @pytest.mark.parametrize("kind", ["response", "upgrade"])
 async def test_slow_client_keeps_kas_and_agentk_memory_bounded(
-    system: System, hub_stub: HubStub, bulk: Bulk, tmp_path: Path, route: str, kind: str
+    system: System, kas_hub: RealHub, bulk: Bulk, tmp_path: Path, route: str, kind: str
 ) -> None:
     kas1, kas2 = system.kas(), system.kas()
-    agent_id, pat = await agent_behind(system, hub_stub, bulk, kas2, tmp_path)
+    agent_id, pat = await agent_behind(system, kas_hub, bulk, kas2, tmp_path)
     agentk = system.started[-1]
     assert not isinstance(agentk, KasProc) and agentk.process.popen is not None
     pids = {"kas1": kas1.process.pid, "kas2": kas2.process.pid, "agentk": agentk.process.pid}  # type: ignore[union-attr]

@@ -30,7 +30,7 @@ import pytest
 
 from tests.e2e.test_k8s_proxy_upgrade import agent_kubeconfig, client_tls
 from tests.fixtures.bulk_endpoint import Bulk
-from tests.fixtures.hub_stub import HubStub
+from tests.fixtures.hub import RealHub
 from tests.fixtures.system import KasProc, System
 from tether.devenv.redis_server import RedisServer
 
@@ -102,7 +102,7 @@ async def open_watch(kas: KasProc, agent_id: int, pat: str) -> tuple[aiohttp.Cli
     return session, response
 
 
-async def test_chaos_two_kas_under_load(system: System, hub_stub: HubStub, bulk: Bulk, tmp_path: Path) -> None:
+async def test_chaos_two_kas_under_load(system: System, kas_hub: RealHub, bulk: Bulk, tmp_path: Path) -> None:
     redis = RedisServer(tmp_path / "chaos-redis").start()
     try:
         overrides = {"redis": {"server": {"address": f"127.0.0.1:{redis.port}"}}}
@@ -111,11 +111,11 @@ async def test_chaos_two_kas_under_load(system: System, hub_stub: HubStub, bulk:
         pats = {}
         for agent_id, kas in ((agent_a, kas2), (agent_b, kas1)):
             token = f"chaos-agent-{agent_id}-{time.monotonic_ns()}"
-            hub_stub.add_agent(token, agent_id, 75, f"chaos-{agent_id}")
+            kas_hub.add_agent(token, agent_id, 75, f"chaos-{agent_id}")
             kubeconfig = agent_kubeconfig(tmp_path / f"a{agent_id}.kubeconfig", f"http://127.0.0.1:{bulk.port}", "sa")
             system.agentk(token, kas, f"chaos-{agent_id}", kubeconfig=kubeconfig)
             pats[agent_id] = f"glpat-chaos-{agent_id}"
-            hub_stub.grant_proxy_access(pats[agent_id], "robot", agent_id, 75)
+            kas_hub.grant_proxy_access(pats[agent_id], "robot", agent_id, 75)
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_tls(kas1))) as session:
             for agent_id in (agent_a, agent_b):
                 deadline = time.monotonic() + 60

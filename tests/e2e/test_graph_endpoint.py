@@ -11,7 +11,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.fixtures.hub_stub import HubStub
+from tests.fixtures.hub import RealHub
 from tests.fixtures.k8s import Kubectl
 from tests.fixtures.system import TETHER, System
 from tests.graph.harness import GraphModel, include
@@ -23,12 +23,12 @@ AGENT_ID, PROJECT_ID = 701, 70
 
 
 async def test_graph_websocket_through_two_kas(
-    system: System, k8s_cluster: ClusterInfo, kubectl: Kubectl, k8s_namespace: str, hub_stub: HubStub
+    system: System, k8s_cluster: ClusterInfo, kubectl: Kubectl, k8s_namespace: str, kas_hub: RealHub
 ) -> None:
     kubectl.run("-n", k8s_namespace, "create", "configmap", "first")
     token, pat = "graph-agent-token", "graph-user-pat"
-    hub_stub.add_agent(token, AGENT_ID, PROJECT_ID)
-    hub_stub.grant_proxy_access(pat, "viewer", AGENT_ID, PROJECT_ID)
+    kas_hub.add_agent(token, AGENT_ID, PROJECT_ID)
+    kas_hub.grant_proxy_access(pat, "viewer", AGENT_ID, PROJECT_ID)
     kas1, kas2 = system.kas(), system.kas()
     system.agentk(token, kas2)
     assert kas1.k8s_proxy_ca is not None
@@ -54,7 +54,7 @@ async def test_graph_websocket_through_two_kas(
         await ws.close()
 
 
-async def test_graph_endpoint_requires_credentials(system: System, hub_stub: HubStub) -> None:
+async def test_graph_endpoint_requires_credentials(system: System, kas_hub: RealHub) -> None:
     kas1 = system.kas(use_redis=False)
     assert kas1.k8s_proxy_ca is not None
     context = ssl.create_default_context(cafile=str(kas1.k8s_proxy_ca))
@@ -64,12 +64,12 @@ async def test_graph_endpoint_requires_credentials(system: System, hub_stub: Hub
 
 
 async def test_tether_graph_cli_prints_the_live_graph_and_serves_a_page(
-    system: System, k8s_cluster: ClusterInfo, kubectl: Kubectl, k8s_namespace: str, hub_stub: HubStub, tmp_path: Path
+    system: System, k8s_cluster: ClusterInfo, kubectl: Kubectl, k8s_namespace: str, kas_hub: RealHub, tmp_path: Path
 ) -> None:
     kubectl.run("-n", k8s_namespace, "create", "configmap", "shown")
     token, pat = "graph-cli-agent-token", "graph-cli-pat"
-    hub_stub.add_agent(token, AGENT_ID + 1, PROJECT_ID)
-    hub_stub.grant_proxy_access(pat, "viewer", AGENT_ID + 1, PROJECT_ID)
+    kas_hub.add_agent(token, AGENT_ID + 1, PROJECT_ID)
+    kas_hub.grant_proxy_access(pat, "viewer", AGENT_ID + 1, PROJECT_ID)
     kas1 = system.kas()
     system.agentk(token, kas1)
     kubeconfig = tmp_path / "proxy.kubeconfig"

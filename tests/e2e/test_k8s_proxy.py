@@ -23,7 +23,7 @@ import pytest
 import pytest_asyncio
 import yaml
 
-from tests.fixtures.hub_stub import HubStub
+from tests.fixtures.hub import RealHub
 from tests.fixtures.k8s import Kubectl
 from tests.fixtures.system import KasProc, System
 from tether.devenv.cluster import ClusterInfo
@@ -104,11 +104,11 @@ async def wait_for(check: Any, limit_s: float, what: str) -> Any:
 
 
 async def start_proxied(
-    system: System, hub_stub: HubStub, kubectl: Kubectl, tmp_path: Path, **kas1_overrides: Any
+    system: System, kas_hub: RealHub, kubectl: Kubectl, tmp_path: Path, **kas1_overrides: Any
 ) -> Proxied:
     agent_id, project_id = next(_ids), next(_ids)
     token = f"agent-token-{agent_id}-{time.monotonic_ns()}"
-    hub_stub.add_agent(token, agent_id, project_id, f"agent-{agent_id}")
+    kas_hub.add_agent(token, agent_id, project_id, f"agent-{agent_id}")
     kas1, kas2 = system.kas(**kas1_overrides), system.kas()
     system.agentk(token, kas2, f"proxied-{agent_id}")
 
@@ -122,16 +122,16 @@ async def start_proxied(
 
 @pytest_asyncio.fixture
 async def proxied(
-    system: System, k8s_cluster: ClusterInfo, hub_stub: HubStub, kubectl: Kubectl, tmp_path: Path
+    system: System, k8s_cluster: ClusterInfo, kas_hub: RealHub, kubectl: Kubectl, tmp_path: Path
 ) -> AsyncIterator[Proxied]:
-    yield await start_proxied(system, hub_stub, kubectl, tmp_path)
+    yield await start_proxied(system, kas_hub, kubectl, tmp_path)
 
 
 async def test_kubectl_verbs_through_two_kas(
-    proxied: Proxied, hub_stub: HubStub, kubectl: Kubectl, k8s_namespace: str
+    proxied: Proxied, kas_hub: RealHub, kubectl: Kubectl, k8s_namespace: str
 ) -> None:
     pat = f"glpat-{proxied.agent_id}"
-    hub_stub.grant_proxy_access(pat, "robot", proxied.agent_id, proxied.project_id)
+    kas_hub.grant_proxy_access(pat, "robot", proxied.agent_id, proxied.project_id)
     kc = proxied.kubectl(proxied.pat(pat), "robot", k8s_namespace)
     await run(kubectl, "run", "proxied-pod", "-n", k8s_namespace, "--image=registry.invalid/x:1", "--restart=Never")
 
@@ -186,10 +186,10 @@ async def test_kubectl_verbs_through_two_kas(
 
 
 async def test_watch_delivers_events_live_for_more_than_ten_seconds(
-    proxied: Proxied, hub_stub: HubStub, kubectl: Kubectl, k8s_namespace: str
+    proxied: Proxied, kas_hub: RealHub, kubectl: Kubectl, k8s_namespace: str
 ) -> None:
     pat = f"glpat-watch-{proxied.agent_id}"
-    hub_stub.grant_proxy_access(pat, "watcher", proxied.agent_id, proxied.project_id)
+    kas_hub.grant_proxy_access(pat, "watcher", proxied.agent_id, proxied.project_id)
     kc = proxied.kubectl(proxied.pat(pat), "watcher", k8s_namespace)
     cache = f"--cache-dir={proxied.directory / 'kube-cache'}"
     watch = await asyncio.create_subprocess_exec(
@@ -244,16 +244,12 @@ async def test_watch_delivers_events_live_for_more_than_ten_seconds(
 
 
 async def test_access_as_user_impersonates_and_rbac_decides(
-    proxied: Proxied, hub_stub: HubStub, kubectl: Kubectl, k8s_namespace: str
+    proxied: Proxied, kas_hub: RealHub, kubectl: Kubectl, k8s_namespace: str
 ) -> None:
     pid = proxied.project_id
     reader_pat, writer_pat = f"glpat-alice-{pid}", f"glpat-bob-{pid}"
-    hub_stub.grant_proxy_access(
-        reader_pat, "alice", proxied.agent_id, pid, user_id=21, as_user=True, projects={pid: ["reporter"]}
-    )
-    hub_stub.grant_proxy_access(
-        writer_pat, "bob", proxied.agent_id, pid, user_id=22, as_user=True, projects={pid: ["developer"]}
-    )
+    kas_hub.grant_proxy_access(reader_pat, "alice", proxied.agent_id, pid, as_user=True)  # Developer
+    kas_hub.grant_proxy_access(writer_pat, "bob", proxied.agent_id, pid, as_user=True, role="maintainer")
     rbac = [
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -270,7 +266,7 @@ async def test_access_as_user_impersonates_and_rbac_decides(
                 {
                     "apiGroup": "rbac.authorization.k8s.io",
                     "kind": "Group",
-                    "name": f"gitlab:project_role:{pid}:reporter",
+                    "name": f"gitlab:project_role:{pid}:developer",
                 }
             ],
         },
@@ -295,7 +291,7 @@ async def test_access_as_user_impersonates_and_rbac_decides(
 
     who = json.loads((await run(alice, "auth", "whoami", "-o", "json")).stdout)["status"]["userInfo"]
     assert who["username"] == "gitlab:user:alice"
-    assert {"gitlab:user", f"gitlab:project_role:{pid}:reporter"} <= set(who["groups"])
+    assert {"gitlab:user", f"gitlab:project_role:{pid}:developer"} <= set(who["groups"])
     assert who["extra"] == {
         "agent.gitlab.com/id": [str(proxied.agent_id)],
         "agent.gitlab.com/username": ["alice"],
@@ -322,19 +318,20 @@ async def test_access_as_user_impersonates_and_rbac_decides(
     assert 'configmap "victim" deleted' in deleted.stdout
     bob_who = json.loads((await run(bob, "auth", "whoami", "-o", "json")).stdout)["status"]["userInfo"]
     assert bob_who["username"] == "gitlab:user:bob"
-    assert f"gitlab:project_role:{pid}:developer" in bob_who["groups"]
+    assert f"gitlab:project_role:{pid}:maintainer" in bob_who["groups"]
 
 
 async def test_refusals_are_status_json_with_clear_messages(
-    system: System, k8s_cluster: ClusterInfo, hub_stub: HubStub, kubectl: Kubectl, tmp_path: Path
+    system: System, k8s_cluster: ClusterInfo, kas_hub: RealHub, kubectl: Kubectl, tmp_path: Path
 ) -> None:
-    proxied = await start_proxied(system, hub_stub, kubectl, tmp_path, routing={"tunnel_find_timeout": "2s"})
+    proxied = await start_proxied(system, kas_hub, kubectl, tmp_path, routing={"tunnel_find_timeout": "2s"})
     pid, absent = proxied.project_id, next(_ids)
     robot, alice, stranger = (f"glpat-{who}-{proxied.agent_id}" for who in ("robot", "alice", "stranger"))
-    hub_stub.grant_proxy_access(robot, "robot", proxied.agent_id, pid)
-    hub_stub.grant_proxy_access(robot, "robot", absent, pid)  # allowed, but this agent never connects
-    hub_stub.grant_proxy_access(alice, "alice", proxied.agent_id, pid, as_user=True, projects={pid: ["developer"]})
-    hub_stub.grant_proxy_access(stranger, "stranger", absent, pid)  # a user without access to this agent
+    kas_hub.grant_proxy_access(robot, "robot", proxied.agent_id, pid)
+    kas_hub.grant_proxy_access(robot, "robot", absent, pid)  # allowed, but this agent never connects
+    kas_hub.grant_proxy_access(alice, "alice", proxied.agent_id, pid, as_user=True)
+    # A Developer of another project, which only agent `absent` lets in: no access to the proxied agent.
+    kas_hub.grant_proxy_access(stranger, "stranger", absent, next(_ids))
     base = proxied.kas1.k8s_proxy_url
     cases = [
         ("missing token", base + "api/v1/namespaces", {}, 401, "Unauthorized: no credentials"),
@@ -405,11 +402,11 @@ async def test_refusals_are_status_json_with_clear_messages(
     assert nested.returncode != 0 and "nested impersonation is not supported" in nested.stderr
 
 
-async def test_client_that_gives_up_cancels_the_routed_call(system: System, hub_stub: HubStub) -> None:
+async def test_client_that_gives_up_cancels_the_routed_call(system: System, kas_hub: RealHub) -> None:
     kas = system.kas()  # tunnel_find_timeout 20 s: the request would wait that long for the agent
     absent = next(_ids)
     pat = f"glpat-impatient-{absent}"
-    hub_stub.grant_proxy_access(pat, "impatient", absent, 1)
+    kas_hub.grant_proxy_access(pat, "impatient", absent, 1)
     async with https_client(kas) as client:
         request = asyncio.ensure_future(
             client.get(kas.k8s_proxy_url + "api", headers={"Authorization": f"Bearer pat:{absent}:{pat}"})

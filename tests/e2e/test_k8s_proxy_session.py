@@ -29,16 +29,17 @@ pytestmark = [pytest.mark.k8s, pytest.mark.redis]
 NO_CACHE = {"agent": {"kubernetes_api": {"allowed_agent_cache_ttl": "0s", "allowed_agent_cache_error_ttl": "0s"}}}
 
 
-def register_agent(hub: RealHub) -> tuple[int, str, str]:
-    """A project ``root/clusters`` with agent ``browser``, ``user_access`` for the project, and developer
-    ``alice`` (a ``k8s_proxy`` token); returns (agent id, agent token, alice's token)."""
+def register_agent(hub: RealHub, access_as: str = "agent") -> tuple[int, str, str]:
+    """A project ``root/clusters`` with agent ``browser``, ``user_access`` (``access_as``: ``agent`` or
+    ``user``) for the project, and developer ``alice`` (a ``k8s_proxy`` token); returns (agent id, agent token,
+    alice's token)."""
     admin = hub.api()
     project = admin.post("/projects", json={"name": "clusters"}).json()
     agents = f"/projects/{project['id']}/cluster_agents"
     agent = admin.post(agents, json={"name": "browser"}).json()
     agent_token = admin.post(f"{agents}/{agent['id']}/tokens", json={"name": "agentk"}).json()["token"]
     configuration = (
-        f"user_access:\n  access_as:\n    agent: {{}}\n  projects:\n  - id: {project['path_with_namespace']}\n"
+        f"user_access:\n  access_as:\n    {access_as}: {{}}\n  projects:\n  - id: {project['path_with_namespace']}\n"
     )
     response = admin.put(f"{agents}/{agent['id']}/configuration", content=configuration.encode())
     assert response.status_code == 200, response.text

@@ -25,7 +25,7 @@ import yaml
 from aiohttp import web
 
 from tests.e2e.test_k8s_proxy import start_proxied
-from tests.fixtures.hub_stub import HubStub
+from tests.fixtures.hub import RealHub
 from tests.fixtures.k8s import Kubectl
 from tests.fixtures.system import KasProc, System
 from tether.devenv.cluster import ClusterInfo
@@ -122,10 +122,10 @@ async def endpoints() -> AsyncIterator[Endpoints]:
         await runner.cleanup()
 
 
-async def connect_agent(system: System, hub_stub: HubStub, kas: KasProc, server: str, tmp_path: Path) -> int:
+async def connect_agent(system: System, kas_hub: RealHub, kas: KasProc, server: str, tmp_path: Path) -> int:
     agent_id = next(_ids)
     token = f"upgrade-agent-{agent_id}-{time.monotonic_ns()}"
-    hub_stub.add_agent(token, agent_id, 75, f"upgrade-{agent_id}")
+    kas_hub.add_agent(token, agent_id, 75, f"upgrade-{agent_id}")
     kubeconfig = agent_kubeconfig(tmp_path / f"agent-{agent_id}.kubeconfig", server, f"sa-token-{agent_id}")
     system.agentk(token, kas, f"upgrade-{agent_id}", kubeconfig=kubeconfig)
     deadline = time.monotonic() + 30
@@ -140,12 +140,12 @@ def client_tls(kas: KasProc) -> ssl.SSLContext:
 
 
 async def test_websocket_through_two_kas(
-    system: System, hub_stub: HubStub, endpoints: Endpoints, tmp_path: Path
+    system: System, kas_hub: RealHub, endpoints: Endpoints, tmp_path: Path
 ) -> None:
     kas1, kas2 = system.kas(), system.kas()
-    agent_id = await connect_agent(system, hub_stub, kas2, f"http://127.0.0.1:{endpoints.ws_port}", tmp_path)
+    agent_id = await connect_agent(system, kas_hub, kas2, f"http://127.0.0.1:{endpoints.ws_port}", tmp_path)
     pat = f"glpat-ws-{agent_id}"
-    hub_stub.grant_proxy_access(pat, "robot", agent_id, 75)
+    kas_hub.grant_proxy_access(pat, "robot", agent_id, 75)
     headers = {"Authorization": f"Bearer pat:{agent_id}:{pat}"}
     async with (
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_tls(kas1))) as client,
@@ -166,12 +166,12 @@ async def test_websocket_through_two_kas(
 
 
 async def test_non_websocket_upgrade_through_two_kas(
-    system: System, hub_stub: HubStub, endpoints: Endpoints, tmp_path: Path
+    system: System, kas_hub: RealHub, endpoints: Endpoints, tmp_path: Path
 ) -> None:
     kas1, kas2 = system.kas(), system.kas()
-    agent_id = await connect_agent(system, hub_stub, kas2, f"http://127.0.0.1:{endpoints.raw_port}", tmp_path)
+    agent_id = await connect_agent(system, kas_hub, kas2, f"http://127.0.0.1:{endpoints.raw_port}", tmp_path)
     pat = f"glpat-spdy-{agent_id}"
-    hub_stub.grant_proxy_access(pat, "robot", agent_id, 75)
+    kas_hub.grant_proxy_access(pat, "robot", agent_id, 75)
     reader, writer = await asyncio.open_connection(
         "127.0.0.1", kas1.ports["k8s_proxy"], ssl=client_tls(kas1), server_hostname="127.0.0.1"
     )
@@ -224,13 +224,13 @@ def last_line(text: str) -> str:
 
 
 async def test_kubectl_exec_upgrades_to_the_real_api_server(
-    system: System, k8s_cluster: ClusterInfo, hub_stub: HubStub, kubectl: Kubectl, k8s_namespace: str, tmp_path: Path
+    system: System, k8s_cluster: ClusterInfo, kas_hub: RealHub, kubectl: Kubectl, k8s_namespace: str, tmp_path: Path
 ) -> None:
     # kwok has no kubelet, so the command itself cannot run; what matters is that kubectl's upgrade reaches
     # the API server through kas 1 -> kas 2 -> agentk (over TLS) and ends exactly as it does directly.
-    proxied = await start_proxied(system, hub_stub, kubectl, tmp_path)
+    proxied = await start_proxied(system, kas_hub, kubectl, tmp_path)
     pat = f"glpat-exec-{proxied.agent_id}"
-    hub_stub.grant_proxy_access(pat, "robot", proxied.agent_id, proxied.project_id)
+    kas_hub.grant_proxy_access(pat, "robot", proxied.agent_id, proxied.project_id)
     kc = proxied.kubectl(proxied.pat(pat), "robot", k8s_namespace)
     await asyncio.to_thread(
         kubectl.run, "run", "exec-me", "-n", k8s_namespace, "--image=registry.invalid/x:1", "--restart=Never"

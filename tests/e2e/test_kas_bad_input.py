@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
-from tests.fixtures.hub_stub import HubStub
+from tests.fixtures.hub import RealHub
 from tests.fixtures.system import KasProc, System
 from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2 as config_pb2
 from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2_grpc as config_grpc
@@ -30,8 +30,8 @@ AGENT_ID = 41
 
 
 @pytest.fixture
-def kas(system: System, hub_stub: HubStub) -> KasProc:
-    hub_stub.add_agent(TOKEN, AGENT_ID, 7)
+def kas(system: System, kas_hub: RealHub) -> KasProc:
+    kas_hub.add_agent(TOKEN, AGENT_ID, 7)
     return system.kas(use_redis=False, agent={"listen": {"max_message_size": 65536}})
 
 
@@ -224,3 +224,119 @@ async def test_agent_disconnect_drops_idle_tunnel_at_once(kas: KasProc) -> None:
         assert time.monotonic() < deadline, "tunnel not dropped after the agent disconnected"
         await asyncio.sleep(0.05)
     assert_no_leaks(kas)
+
+
+@pytest.mark.parametrize("metadata", [_bearer("no-such-token"), ()], ids=["unknown_token", "no_token"])
+async def test_agent_rpcs_authenticate_before_decoding_the_request(
+    system: System, kas_hub: RealHub, metadata: tuple[tuple[str, str], ...]
+) -> None:
+    """Issue 9 item 7: a 9 MiB body that is not even a ConfigurationRequest is refused for its token, undecoded."""
+    kas = system.kas(use_redis=False)
+    garbage = b"\xff" * (9 << 20)
+    async with grpc.aio.insecure_channel(kas.agent_address.removeprefix("grpc://")) as channel:
+        method = channel.unary_stream("/gitlab.agent.agent_configuration.rpc.AgentConfiguration/GetConfiguration")
+        with pytest.raises(grpc.aio.AioRpcError) as failure:
+            async for _ in method(garbage, metadata=metadata, timeout=10):
+                pass
+    assert failure.value.code() == grpc.StatusCode.UNAUTHENTICATED, failure.value
+    assert_no_leaks(kas)
+
+
+async def test_tunnels_are_capped_per_connection_and_per_agent(system: System, kas_hub: RealHub) -> None:
+    """Issue 9 item 7: one token held 2,480 tunnels; extra tunnels are refused with RESOURCE_EXHAUSTED."""
+    kas_hub.add_agent(TOKEN, AGENT_ID, 7)
+    limits = {"max_tunnels_per_connection": 3, "max_tunnels_per_agent": 5}
+    kas = system.kas(use_redis=False, agent={"listen": limits})
+
+    async def hold() -> AsyncIterator[tunnel_pb2.ConnectRequest]:
+        yield DESCRIPTOR
+        await asyncio.sleep(3600)
+
+    async def refusal(call: grpc.aio.StreamStreamCall) -> grpc.aio.AioRpcError:  # type: ignore[type-arg]
+        with pytest.raises(grpc.aio.AioRpcError) as failure:
+            async for _ in call:
+                pass
+        return failure.value
+
+    async def wait_idle(count: int) -> None:
+        deadline = time.monotonic() + 10
+        while kas.gauge("tunnels_idle") != count:
+            assert time.monotonic() < deadline, f"expected {count} idle tunnels, have {kas.gauge('tunnels_idle')}"
+            await asyncio.sleep(0.05)
+
+    target = kas.agent_address.removeprefix("grpc://")
+    # Separate channels with distinct options: gRPC would otherwise share one HTTP/2 connection between them.
+    async with (
+        grpc.aio.insecure_channel(target, options=[("grpc.channel_id", 1)]) as first,
+        grpc.aio.insecure_channel(target, options=[("grpc.channel_id", 2)]) as second,
+    ):
+        calls = [tunnel_grpc.ReverseTunnelStub(first).Connect(hold(), metadata=_bearer(TOKEN)) for _ in range(3)]
+        await wait_idle(3)
+        error = await refusal(tunnel_grpc.ReverseTunnelStub(first).Connect(hold(), metadata=_bearer(TOKEN)))
+        assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "max_tunnels_per_connection" in (error.details() or "")
+        calls += [tunnel_grpc.ReverseTunnelStub(second).Connect(hold(), metadata=_bearer(TOKEN)) for _ in range(2)]
+        await wait_idle(5)
+        error = await refusal(tunnel_grpc.ReverseTunnelStub(second).Connect(hold(), metadata=_bearer(TOKEN)))
+        assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "max_tunnels_per_agent" in (error.details() or "")
+        calls[0].cancel()  # a tunnel that ends frees its place
+        await wait_idle(4)
+        calls.append(tunnel_grpc.ReverseTunnelStub(second).Connect(hold(), metadata=_bearer(TOKEN)))
+        await wait_idle(5)
+        for call in calls:
+            call.cancel()
+    await wait_idle(0)
+    assert_no_leaks(kas)
+
+
+async def test_a_tunnel_without_its_descriptor_is_ended(kas: KasProc) -> None:
+    """Issue 9 item 5: a peer that opens a tunnel and stalls before the descriptor is cut within seconds."""
+
+    async def stall() -> AsyncIterator[tunnel_pb2.ConnectRequest]:
+        await asyncio.sleep(3600)
+        yield DESCRIPTOR
+
+    async with grpc.aio.insecure_channel(kas.agent_address.removeprefix("grpc://")) as channel:
+        call = tunnel_grpc.ReverseTunnelStub(channel).Connect(stall(), metadata=_bearer(TOKEN), timeout=60)
+        with pytest.raises(grpc.aio.AioRpcError) as failure:
+            async for _ in call:
+                pass
+    assert failure.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED, failure.value
+    assert "descriptor" in (failure.value.details() or "")
+    assert_no_leaks(kas)
+
+
+async def test_a_routing_kas_that_never_starts_streaming_frees_the_tunnel(kas: KasProc) -> None:
+    """Issue 9 item 5: after TunnelReady the gateway waits a few seconds for StartStreaming, then gives the
+    tunnel back instead of holding it for as long as the stalled routing kas keeps the call open."""
+
+    async def hold() -> AsyncIterator[tunnel_pb2.ConnectRequest]:
+        yield DESCRIPTOR
+        await asyncio.sleep(3600)
+
+    async def stall() -> AsyncIterator[bytes]:
+        await asyncio.sleep(3600)
+        yield b""
+
+    metadata = _bearer(mint(_private_secret(kas), ISSUER_KAS, AUDIENCE_KAS, 60))
+    metadata += (("kas-hop-routing-agent-id", str(AGENT_ID)),)
+    async with (
+        grpc.aio.insecure_channel(kas.agent_address.removeprefix("grpc://")) as agent,
+        grpc.aio.insecure_channel(f"127.0.0.1:{kas.ports['private_api']}") as routing,
+    ):
+        tunnel = tunnel_grpc.ReverseTunnelStub(agent).Connect(hold(), metadata=_bearer(TOKEN))
+        deadline = time.monotonic() + 10
+        while kas.gauge("tunnels_idle") != 1:
+            assert time.monotonic() < deadline, "tunnel never registered"
+            await asyncio.sleep(0.05)
+        call = routing.stream_stream("/gitlab.agent.pods.rpc.Pods/GetPods")(stall(), metadata=metadata, timeout=60)
+        first = await call.read()
+        assert first != b"" and kas.gauge("tunnels_idle") == 0, "TunnelReady: the tunnel is reserved"
+        with pytest.raises(grpc.aio.AioRpcError) as failure:
+            while await call.read() is not grpc.aio.EOF:
+                pass
+        assert failure.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED, failure.value
+        assert "StartStreaming" in (failure.value.details() or "")
+        assert kas.gauge("tunnels_idle") == 1, "the unclaimed tunnel went back to the registry"
+        tunnel.cancel()

@@ -16,7 +16,7 @@ import pytest
 from google.protobuf import any_pb2, wrappers_pb2
 from google.rpc import status_pb2
 
-from tests.fixtures.hub_stub import HubStub
+from tests.fixtures.hub import RealHub
 from tests.fixtures.system import KasProc, System
 from tether.agentk.embedded import EmbeddedAgent
 from tether.tool.grpc_stream import CallWriter
@@ -64,9 +64,9 @@ class Probe:
 
 
 @pytest.fixture
-async def probe_path(system: System, hub_stub: HubStub) -> AsyncIterator[tuple[KasProc, Probe]]:
+async def probe_path(system: System, kas_hub: RealHub) -> AsyncIterator[tuple[KasProc, Probe]]:
     token = "probe-token-passthrough"
-    hub_stub.add_agent(token, AGENT_ID, 3)
+    kas_hub.add_agent(token, AGENT_ID, 3)
     kas1, kas2 = system.kas(), system.kas()
     probe = Probe()
     agent = EmbeddedAgent(kas2.agent_address.removeprefix("grpc://"), token)
@@ -87,17 +87,17 @@ async def probe_path(system: System, hub_stub: HubStub) -> AsyncIterator[tuple[K
         await agent.stop()
 
 
-def metadata(hub: HubStub) -> tuple[tuple[str, str], ...]:
+def metadata(hub: RealHub) -> tuple[tuple[str, str], ...]:
     token = mint(hub.secret, ISSUER_GITLAB, AUDIENCE_KAS, 60)
     return (("authorization", f"Bearer {token}"), ("kas-hop-routing-agent-id", str(AGENT_ID)), ("x-caller", "c1"))
 
 
 async def test_bidi_stream_headers_and_trailers_pass_through(
-    probe_path: tuple[KasProc, Probe], hub_stub: HubStub
+    probe_path: tuple[KasProc, Probe], kas_hub: RealHub
 ) -> None:
     kas1, probe = probe_path
     async with grpc.aio.insecure_channel(kas1.api_target) as channel:
-        call = channel.stream_stream(f"/{SERVICE}/Chat")(metadata=metadata(hub_stub), timeout=30)
+        call = channel.stream_stream(f"/{SERVICE}/Chat")(metadata=metadata(kas_hub), timeout=30)
         replies = []
         for word in (b"abc", b"", b"\x00\x01\x02" * 1000):
             await call.write(word)
@@ -114,11 +114,11 @@ async def test_bidi_stream_headers_and_trailers_pass_through(
     assert "authorization" not in probe.seen_metadata
 
 
-async def test_status_code_and_details_pass_through(probe_path: tuple[KasProc, Probe], hub_stub: HubStub) -> None:
+async def test_status_code_and_details_pass_through(probe_path: tuple[KasProc, Probe], kas_hub: RealHub) -> None:
     kas1, _ = probe_path
     async with grpc.aio.insecure_channel(kas1.api_target) as channel:
         with pytest.raises(grpc.aio.AioRpcError) as failure:
-            await channel.unary_unary(f"/{SERVICE}/Fail")(b"x", metadata=metadata(hub_stub), timeout=30)
+            await channel.unary_unary(f"/{SERVICE}/Fail")(b"x", metadata=metadata(kas_hub), timeout=30)
     assert failure.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert failure.value.details() == "nope"
     details = dict(failure.value.trailing_metadata() or ())["grpc-status-details-bin"]
@@ -129,20 +129,20 @@ async def test_status_code_and_details_pass_through(probe_path: tuple[KasProc, P
 
 
 async def test_unknown_method_is_unimplemented_from_the_agent(
-    probe_path: tuple[KasProc, Probe], hub_stub: HubStub
+    probe_path: tuple[KasProc, Probe], kas_hub: RealHub
 ) -> None:
     kas1, _ = probe_path
     async with grpc.aio.insecure_channel(kas1.api_target) as channel:
         with pytest.raises(grpc.aio.AioRpcError) as failure:
-            await channel.unary_unary(f"/{SERVICE}/Missing")(b"x", metadata=metadata(hub_stub), timeout=3)
+            await channel.unary_unary(f"/{SERVICE}/Missing")(b"x", metadata=metadata(kas_hub), timeout=3)
     # No tunnel advertises the method, so kas keeps looking until the caller's deadline.
     assert failure.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
 
 
-async def test_caller_cancellation_reaches_the_agent(probe_path: tuple[KasProc, Probe], hub_stub: HubStub) -> None:
+async def test_caller_cancellation_reaches_the_agent(probe_path: tuple[KasProc, Probe], kas_hub: RealHub) -> None:
     kas1, probe = probe_path
     async with grpc.aio.insecure_channel(kas1.api_target) as channel:
-        call = channel.unary_unary(f"/{SERVICE}/Hang")(b"x", metadata=metadata(hub_stub), timeout=60)
+        call = channel.unary_unary(f"/{SERVICE}/Hang")(b"x", metadata=metadata(kas_hub), timeout=60)
         await asyncio.sleep(1.0)
         call.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -151,7 +151,7 @@ async def test_caller_cancellation_reaches_the_agent(probe_path: tuple[KasProc, 
 
 
 async def test_agent_ending_before_the_last_request_is_not_internal(
-    probe_path: tuple[KasProc, Probe], hub_stub: HubStub
+    probe_path: tuple[KasProc, Probe], kas_hub: RealHub
 ) -> None:
     """Issue 9: writes racing the end of a call turned it into ``INTERNAL: ... Failed "execute_batch"``.
 
@@ -162,7 +162,7 @@ async def test_agent_ending_before_the_last_request_is_not_internal(
     codes: dict[str, int] = {}
     async with grpc.aio.insecure_channel(kas1.api_target) as channel:
         for _ in range(20):
-            call: Any = channel.stream_stream(f"/{SERVICE}/Early")(metadata=metadata(hub_stub), timeout=30)
+            call: Any = channel.stream_stream(f"/{SERVICE}/Early")(metadata=metadata(kas_hub), timeout=30)
             writer = CallWriter(call)
             for _message in range(8):
                 await writer.write(b"r" * 4096)

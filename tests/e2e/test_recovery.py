@@ -18,7 +18,7 @@ import pytest
 
 from tests.e2e.test_k8s_proxy_upgrade import client_tls
 from tests.fixtures.bulk_endpoint import Bulk, agent_behind
-from tests.fixtures.hub_stub import HubStub
+from tests.fixtures.hub import RealHub
 from tests.fixtures.system import KasProc, System
 
 pytestmark = [pytest.mark.redis]
@@ -42,10 +42,10 @@ async def reaches_agent(session: aiohttp.ClientSession, kas: KasProc, agent_id: 
 
 
 async def test_requests_recover_within_5s_of_the_gateway_kas_coming_back(
-    system: System, hub_stub: HubStub, bulk: Bulk, tmp_path: Path
+    system: System, kas_hub: RealHub, bulk: Bulk, tmp_path: Path
 ) -> None:
     kas1, kas2 = system.kas(), system.kas()
-    agent_id, pat = await agent_behind(system, hub_stub, bulk, kas2, tmp_path)
+    agent_id, pat = await agent_behind(system, kas_hub, bulk, kas2, tmp_path)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_tls(kas1), force_close=True)) as s:
         assert await reaches_agent(s, kas1, agent_id, pat)
 

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from tests.e2e.test_k8s_proxy_upgrade import client_tls
 from tests.fixtures.bulk_endpoint import Bulk, agent_behind
-from tests.fixtures.hub_stub import HubStub
+from tests.fixtures.hub import RealHub
 from tests.fixtures.system import System
 from tests.support.polling import poll_sync
 from tether.modserver.gitlab_client import GitlabClient, GitlabClientError
@@ -36,10 +36,10 @@ def json_lines(path: Path) -> list[dict[str, Any]]:
 
 
 async def test_request_id_follows_a_request_from_kas_to_agentk(
-    system: System, hub_stub: HubStub, bulk: Bulk, tmp_path: Path
+    system: System, kas_hub: RealHub, bulk: Bulk, tmp_path: Path
 ) -> None:
     kas1, kas2 = system.kas(), system.kas()
-    agent_id, pat = await agent_behind(system, hub_stub, bulk, kas2, tmp_path)
+    agent_id, pat = await agent_behind(system, kas_hub, bulk, kas2, tmp_path)
     agentk = system.started[-1]
     async with (
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_tls(kas1))) as session,

@@ -9,7 +9,7 @@ import time
 import grpc
 import pytest
 
-from tests.fixtures.hub_stub import HubStub
+from tests.fixtures.hub import RealHub
 from tests.fixtures.k8s import Kubectl
 from tests.fixtures.system import KasProc, System
 from tests.support.polling import poll
@@ -24,7 +24,7 @@ from tether.tunnel.server.router import NOT_FOUND_MESSAGE
 pytestmark = [pytest.mark.k8s, pytest.mark.redis]
 
 
-def client_for(kas: KasProc, hub: HubStub) -> KasApiClient:
+def client_for(kas: KasProc, hub: RealHub) -> KasApiClient:
     return KasApiClient(kas.api_target, hub.secret)
 
 
@@ -40,23 +40,23 @@ def names(pods: list) -> set[tuple[str, str]]:  # type: ignore[type-arg]
 
 
 @pytest.fixture
-def tokens(hub_stub: HubStub) -> dict[str, int]:
+def tokens(kas_hub: RealHub) -> dict[str, int]:
     """Agent A (id 101, project 11) and agent B (id 102, project 11), each with a fresh token."""
     suffix = str(time.monotonic_ns())
-    hub_stub.add_agent(f"token-a-{suffix}", 101, 11, "agent-a")
-    hub_stub.add_agent(f"token-b-{suffix}", 102, 11, "agent-b")
+    kas_hub.add_agent(f"token-a-{suffix}", 101, 11, "agent-a")
+    kas_hub.add_agent(f"token-b-{suffix}", 102, 11, "agent-b")
     return {f"token-a-{suffix}": 101, f"token-b-{suffix}": 102}
 
 
 async def test_get_pods_through_three_kas_and_connected_agents(
-    system: System, k8s_cluster: ClusterInfo, a_pod: tuple[str, str], hub_stub: HubStub, tokens: dict[str, int]
+    system: System, k8s_cluster: ClusterInfo, a_pod: tuple[str, str], kas_hub: RealHub, tokens: dict[str, int]
 ) -> None:
     kas1, kas2, kas3 = system.kas(), system.kas(), system.kas()
     token_a, token_b = list(tokens)
     system.agentk(token_a, kas2, "agent-a-1")
     system.agentk(token_a, kas3, "agent-a-2")
     system.agentk(token_b, kas2, "agent-b-1")
-    client = client_for(kas1, hub_stub)
+    client = client_for(kas1, kas_hub)
     try:
         # Agent B is connected to kas 2 only; kas 1 routes to it.
         assert a_pod in names(await client.get_pods(102, timeout_s=30))
@@ -73,7 +73,7 @@ async def test_get_pods_through_three_kas_and_connected_agents(
         assert {a.agent_id for a in by_project} == {101, 102} and len(by_project) == 3
         # Every kas answers the same (shared Redis); each routes to agent A wherever its tunnels are.
         for kas in (kas1, kas2, kas3):
-            other = client_for(kas, hub_stub)
+            other = client_for(kas, kas_hub)
             try:
                 assert len(await other.connected_agents_by_agent_id(101)) == 2
                 assert a_pod in names(await other.get_pods(101, timeout_s=30))
@@ -84,11 +84,11 @@ async def test_get_pods_through_three_kas_and_connected_agents(
 
 
 async def test_request_waits_for_the_agent_then_completes(
-    system: System, k8s_cluster: ClusterInfo, a_pod: tuple[str, str], hub_stub: HubStub, tokens: dict[str, int]
+    system: System, k8s_cluster: ClusterInfo, a_pod: tuple[str, str], kas_hub: RealHub, tokens: dict[str, int]
 ) -> None:
     kas1, kas2 = system.kas(), system.kas()
     token_a = next(iter(tokens))
-    client = client_for(kas1, hub_stub)
+    client = client_for(kas1, kas_hub)
     try:
         pending = asyncio.ensure_future(client.get_pods(101, timeout_s=60))
         await asyncio.sleep(1.5)
@@ -100,9 +100,9 @@ async def test_request_waits_for_the_agent_then_completes(
         await client.close()
 
 
-async def test_request_for_an_absent_agent_ends_at_the_deadline(system: System, hub_stub: HubStub) -> None:
+async def test_request_for_an_absent_agent_ends_at_the_deadline(system: System, kas_hub: RealHub) -> None:
     kas1 = system.kas()
-    client = client_for(kas1, hub_stub)
+    client = client_for(kas1, kas_hub)
     try:
         with pytest.raises(grpc.aio.AioRpcError) as failure:
             await client.get_pods(999, timeout_s=2)
@@ -117,9 +117,9 @@ async def test_request_for_an_absent_agent_ends_at_the_deadline(system: System, 
         await client.close()
 
 
-async def test_kas_answers_not_found_message_when_its_find_timeout_ends(system: System, hub_stub: HubStub) -> None:
+async def test_kas_answers_not_found_message_when_its_find_timeout_ends(system: System, kas_hub: RealHub) -> None:
     kas1 = system.kas(routing={"tunnel_find_timeout": "1s"})
-    client = client_for(kas1, hub_stub)
+    client = client_for(kas1, kas_hub)
     try:
         with pytest.raises(grpc.aio.AioRpcError) as failure:
             await client.get_pods(999, timeout_s=None)  # type: ignore[arg-type]
@@ -130,7 +130,7 @@ async def test_kas_answers_not_found_message_when_its_find_timeout_ends(system: 
 
 
 async def test_kill_9_of_gateway_kas(
-    system: System, k8s_cluster: ClusterInfo, a_pod: tuple[str, str], hub_stub: HubStub, tokens: dict[str, int]
+    system: System, k8s_cluster: ClusterInfo, a_pod: tuple[str, str], kas_hub: RealHub, tokens: dict[str, int]
 ) -> None:
     fast_expiry = {"redis_conn_info_ttl": "3s", "redis_conn_info_refresh": "1s", "redis_conn_info_gc": "2s"}
     kas1 = system.kas(agent=fast_expiry)
@@ -139,7 +139,7 @@ async def test_kill_9_of_gateway_kas(
     token_a = next(iter(tokens))
     both = f"grpc://127.0.0.1:{kas2.ports['agent']},127.0.0.1:{kas3.ports['agent']}"
     system.agentk_at(token_a, both, "agent-a-multi")
-    client = client_for(kas1, hub_stub)
+    client = client_for(kas1, kas_hub)
     try:
         assert a_pod in names(await client.get_pods(101, timeout_s=30))
         urls_before = set(await system.tunnel_urls(101))
@@ -163,12 +163,12 @@ async def test_kill_9_of_gateway_kas(
 
 
 async def test_sigterm_removes_entries_at_once(
-    system: System, k8s_cluster: ClusterInfo, a_pod: tuple[str, str], hub_stub: HubStub, tokens: dict[str, int]
+    system: System, k8s_cluster: ClusterInfo, a_pod: tuple[str, str], kas_hub: RealHub, tokens: dict[str, int]
 ) -> None:
     kas1, kas2 = system.kas(), system.kas(routing={"shutdown_grace_period": "20s"})
     token_a = next(iter(tokens))
     system.agentk(token_a, kas2)
-    client = client_for(kas1, hub_stub)
+    client = client_for(kas1, kas_hub)
     try:
         assert a_pod in names(await client.get_pods(101, timeout_s=30))
         assert kas2.private_url in await system.tunnel_urls(101)
@@ -193,13 +193,13 @@ class SlowPods(pods_grpc.PodsServicer):
         return pods_pb2.GetPodsResponse(pods=[pods_pb2.Pod(namespace="slow", name="answer")])
 
 
-async def test_sigterm_lets_in_flight_calls_finish(system: System, hub_stub: HubStub, tokens: dict[str, int]) -> None:
+async def test_sigterm_lets_in_flight_calls_finish(system: System, kas_hub: RealHub, tokens: dict[str, int]) -> None:
     kas1, kas2 = system.kas(), system.kas(routing={"shutdown_grace_period": "20s"})
     slow = SlowPods(delay_s=3.0)
     agent = EmbeddedAgent(kas2.agent_address.removeprefix("grpc://"), next(iter(tokens)))
     agent.add_servicer(pods_grpc.add_PodsServicer_to_server, slow)
     await agent.start()
-    client = client_for(kas1, hub_stub)
+    client = client_for(kas1, kas_hub)
     try:
         call = asyncio.ensure_future(client.get_pods(101, timeout_s=30))
         await asyncio.wait_for(slow.started.wait(), 20)
@@ -226,7 +226,7 @@ async def test_redis_restart_is_healed_without_restarting_processes(
     tmp_path,
     k8s_cluster: ClusterInfo,
     a_pod: tuple[str, str],
-    hub_stub: HubStub,
+    kas_hub: RealHub,
     tokens: dict[str, int],
 ) -> None:  # type: ignore[no-untyped-def]
     own_redis = RedisServer(tmp_path / "redis").start()
@@ -234,7 +234,7 @@ async def test_redis_restart_is_healed_without_restarting_processes(
     try:
         kas1, kas2 = system.kas(), system.kas()
         system.agentk(next(iter(tokens)), kas2)
-        client = client_for(kas1, hub_stub)
+        client = client_for(kas1, kas_hub)
         try:
             assert a_pod in names(await client.get_pods(101, timeout_s=30))
             own_redis.stop()

@@ -16,7 +16,7 @@ import pytest
 
 from tests.e2e.test_k8s_proxy_upgrade import client_tls
 from tests.fixtures.bulk_endpoint import Bulk, agent_behind
-from tests.fixtures.hub_stub import HubStub
+from tests.fixtures.hub import RealHub
 from tests.fixtures.system import System
 
 pytestmark = [pytest.mark.redis]
@@ -24,10 +24,10 @@ pytestmark = [pytest.mark.redis]
 
 @pytest.mark.parametrize("stopped", ["routing_kas", "gateway_kas"])
 async def test_sigterm_ends_watches_with_a_terminating_chunk(
-    system: System, hub_stub: HubStub, bulk: Bulk, tmp_path: Path, stopped: str
+    system: System, kas_hub: RealHub, bulk: Bulk, tmp_path: Path, stopped: str
 ) -> None:
     kas1, kas2 = system.kas(), system.kas()
-    agent_id, pat = await agent_behind(system, hub_stub, bulk, kas2, tmp_path)
+    agent_id, pat = await agent_behind(system, kas_hub, bulk, kas2, tmp_path)
     victim = kas1 if stopped == "routing_kas" else kas2
     # The routing kas cuts proxied requests after the proxy's grace period, the gateway kas after routing's.
     grace_s = 2.0 if stopped == "routing_kas" else 10.0

@@ -9,11 +9,13 @@ import subprocess
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
+from tests.fixtures.k8s import cluster_assets
 from tests.fixtures.system import TETHER
-from tether.devenv.assets import AssetsMissing, locate
 from tether.devenv.process import pid_alive
+from tether.devenv.up import HUB_PORT
 
 pytestmark = pytest.mark.k8s
 
@@ -22,10 +24,7 @@ pytestmark = pytest.mark.k8s
 def test_tether_up_then_kubectl_through_kas_then_ctrl_c(
     tmp_path: Path, replicas: int, request: pytest.FixtureRequest
 ) -> None:
-    try:
-        kubectl = locate()["kubectl"]
-    except AssetsMissing as exc:
-        pytest.skip(str(exc))
+    kubectl = cluster_assets()["kubectl"]
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
     log = (tmp_path / "up.log").open("w+")
     args = [TETHER, "up", "--state-dir", str(tmp_path / "state")]
@@ -53,6 +52,12 @@ def test_tether_up_then_kubectl_through_kas_then_ctrl_c(
         assert "node/kwok-node-0" in nodes.stdout
         server = Path(kubeconfig[1]).read_text()
         assert "/k8s-proxy/" in server and "pat:" in server, "kubectl must go through kas, not to the API server"
+        # The hub publishes the kas addresses where glab looks for them (issue 11).
+        admin = (tmp_path / "state" / "secrets" / "admin_token").read_text().strip()
+        metadata = httpx.get(f"http://127.0.0.1:{HUB_PORT}/api/v4/metadata", headers={"PRIVATE-TOKEN": admin}).json()
+        assert metadata["kas"]["enabled"] is True
+        assert metadata["kas"]["externalK8sProxyUrl"] in server
+        assert metadata["kas"]["externalUrl"].startswith("grpc://127.0.0.1:")
         children = [int(p) for p in re.findall(r"pid (\d+)", output)]
     finally:
         up.send_signal(signal.SIGINT)

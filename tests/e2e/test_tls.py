@@ -7,7 +7,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests.fixtures.hub_stub import HubStub
+from tests.fixtures.hub import RealHub
 from tests.fixtures.k8s import Kubectl
 from tests.fixtures.system import System
 from tether.devenv import pki
@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.k8s, pytest.mark.redis]
 
 
 async def test_tls_on_agent_api_and_private_listeners(
-    system: System, k8s_cluster: ClusterInfo, kubectl: Kubectl, k8s_namespace: str, hub_stub: HubStub, tmp_path: Path
+    system: System, k8s_cluster: ClusterInfo, kubectl: Kubectl, k8s_namespace: str, kas_hub: RealHub, tmp_path: Path
 ) -> None:
     kubectl.run("run", "tls-pod", "-n", k8s_namespace, "--image=registry.invalid/x:1", "--restart=Never")
     material = pki.generate(tmp_path / "pki")
@@ -31,16 +31,16 @@ async def test_tls_on_agent_api_and_private_listeners(
     kas1, kas2 = system.kas(**listeners), system.kas(**listeners)
     assert kas1.private_url.startswith("grpc://")  # the fixture's name for the port; kas itself uses grpcs
     token = "tls-agent-token"
-    hub_stub.add_agent(token, 401, 4)
+    kas_hub.add_agent(token, 401, 4)
     system.agentk_at(token, f"grpcs://127.0.0.1:{kas2.ports['agent']}", "tls-agent", ca_cert=material.ca_cert)
     credentials = grpc.ssl_channel_credentials(root_certificates=material.ca_cert.read_bytes())
-    client = KasApiClient(kas1.api_target, hub_stub.secret, credentials)
+    client = KasApiClient(kas1.api_target, kas_hub.secret, credentials)
     try:
         pods = await client.get_pods(401, timeout_s=30)
         assert (k8s_namespace, "tls-pod") in {(p.namespace, p.name) for p in pods}
     finally:
         await client.close()
-    plaintext = KasApiClient(kas1.api_target, hub_stub.secret)
+    plaintext = KasApiClient(kas1.api_target, kas_hub.secret)
     try:
         with pytest.raises(grpc.aio.AioRpcError) as failure:
             await plaintext.connected_agents_by_agent_id(401, timeout_s=3)

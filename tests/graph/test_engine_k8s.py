@@ -594,6 +594,45 @@ async def test_object_processing_failed_warning(kube: KubeClient, kubectl: Kubec
         assert session.model.find("configmaps", "bad", ns) is None
 
 
+#: Expressions that fail on a Secret with its value (base64 or decoded) in the CEL error (issue 9 item 1).
+SECRET_LEAKING_EXPRESSIONS = (
+    "{'k': true}[obj.data.password]",
+    "{'k': true}[string(base64.decode(obj.data.password))]",
+    "'abc'.matches(string(base64.decode(obj.data.password)))",
+    "int(string(base64.decode(obj.data.password))) > 0",
+)
+
+
+@pytest.mark.parametrize("where", ["object_selector_expression", "roots"])
+@pytest.mark.parametrize("expression", SECRET_LEAKING_EXPRESSIONS)
+async def test_object_processing_failed_never_carries_secret_values(
+    kube: KubeClient, kubectl: Kubectl, k8s_namespace: str, expression: str, where: str
+) -> None:
+    ns = k8s_namespace
+    plain = f"s3cr3t-(unbalanced-{uuid.uuid4().hex}"  # "(" also makes the value an invalid regular expression
+    encoded = base64.b64encode(plain.encode()).decode()
+    kubectl.run("-n", ns, "create", "secret", "generic", "sec", f"--from-literal=password={plain}")
+    if where == "roots":
+        query = include("resource == 'secrets'")
+        request = {
+            "queries": [query],
+            "namespaces": {"names": [ns]},
+            "roots": {"object_selector_expressions": [expression]},
+        }
+    else:
+        query = include("resource == 'secrets'", object_selector_expression=expression)
+        request = {"queries": [query], "namespaces": {"names": [ns]}}
+    async with EngineSession(kube, request) as session:
+        await session.wait(lambda m: "OBJECT_PROCESSING_FAILED" in m.warning_types(), "processing warning")
+        await session.settle()
+    warnings = [w for w in session.model.warnings if w["t"] == "OBJECT_PROCESSING_FAILED"]
+    assert any(w["a"].get("n") == "sec" and w["a"]["r"] == "secrets" for w in warnings), warnings
+    for raw in session.model.raw:
+        for needle in (plain, encoded, plain[:16], encoded[:16]):
+            assert needle.encode() not in raw, f"{needle!r} leaked through {raw[:300]!r}"
+    assert all("Secret" in w["m"] for w in warnings if w["a"]["r"] == "secrets"), warnings
+
+
 async def test_namespace_list_failed_warning(kube: KubeClient, kubectl: Kubectl, k8s_namespace: str) -> None:
     ns = k8s_namespace
     request = {

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tether.devenv.assets import AssetsMissing, locate
+from tests.fixtures.k8s import cluster_assets
 from tether.kube.jsonpath import JsonPathError, parse_jsonpath
 
 OBJECT: dict[str, Any] = {
@@ -80,13 +80,6 @@ TEMPLATES = [
 MAP_WILDCARDS = {"{.data.*}", "{..name}", "{range .xs[*]}{range .*}<{@}>{end};{end}"}
 
 
-def _kubectl() -> Path | None:
-    try:
-        return locate()["kubectl"]
-    except (AssetsMissing, KeyError):
-        return None
-
-
 def _kubectl_render(kubectl: Path, source: Path, template: str) -> str:
     # `label --local` prints the object without contacting a server; it adds the label x=y.
     result = subprocess.run(
@@ -100,9 +93,7 @@ def _kubectl_render(kubectl: Path, source: Path, template: str) -> str:
 
 
 def test_render_matches_kubectl(tmp_path: Path) -> None:
-    kubectl = _kubectl()
-    if kubectl is None:
-        pytest.skip("kubectl not built (tether dev cluster assets)")
+    kubectl = cluster_assets()["kubectl"]
     source = tmp_path / "object.json"
     source.write_text(json.dumps(OBJECT))
     labelled = json.loads(json.dumps(OBJECT))

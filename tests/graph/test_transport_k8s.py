@@ -34,6 +34,8 @@ from tether.modules.graph.server.websocket import (
     serve_graph_websocket,
 )
 from tether.pb.gitlab.agent.graph.rpc import rpc_pb2
+from tether.pb.gitlab.agent.kubernetes_api.rpc.rpc_pb2 import ImpersonationConfig
+from tether.pb.gitlab.agent.prototool.prototool_pb2 import Values
 from tether.tunnel.server.router import RoutingError
 
 pytestmark = pytest.mark.k8s
@@ -58,9 +60,9 @@ async def _agent(kube: KubeClient | None, *, with_graph: bool = True) -> Interna
     return server
 
 
-async def _kas(opener: OpenWatchGraph) -> TestServer:
+async def _kas(opener: OpenWatchGraph, impersonation: ImpersonationConfig | None = None) -> TestServer:
     async def graph(request: web.Request) -> web.StreamResponse:
-        return await serve_graph_websocket(request, opener)
+        return await serve_graph_websocket(request, opener, impersonation)
 
     app = web.Application()
     app.router.add_get("/graph", graph)
@@ -269,3 +271,60 @@ async def test_router_opener_relays_and_maps_errors(
         assert code == 1013 and "gateway kas failed" in reason
     finally:
         await kas.close()
+
+
+def _unaware_agent_handler() -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
+    """An agent from before issue 9: serves WatchGraph with its own identity, ignoring ``impersonation``."""
+
+    async def watch_graph(_request: rpc_pb2.WatchGraphRequest, _context: Any) -> AsyncIterator[bytes]:
+        response = rpc_pb2.WatchGraphResponse()
+        vertex = response.actions.add().set_vertex.vertex
+        vertex.version, vertex.resource, vertex.namespace, vertex.name = "v1", "secrets", "other", "not-yours"
+        yield response.SerializeToString()
+
+    return {
+        "WatchGraph": grpc.unary_stream_rpc_method_handler(
+            watch_graph, request_deserializer=rpc_pb2.WatchGraphRequest.FromString, response_serializer=bytes
+        )
+    }
+
+
+class HeaderRelayingRouter(ChannelRouter):
+    """A :class:`ChannelRouter` that also relays the agent's response header, as kas' router does."""
+
+    async def route(self, agent_id: int, full_method: str, metadata: Any, caller: Any, timeout_s: float | None) -> Any:
+        assert self.channel is not None
+        request = await caller.read()
+        method = self.channel.unary_stream(full_method, request_serializer=bytes, response_deserializer=bytes)
+        call = method(request)
+        header = await call.initial_metadata()
+        await caller.send_header({k: Values(value=[str(v)]) for k, v in header})
+        async for data in call:
+            await caller.write(data)
+        return None
+
+
+async def test_an_agent_that_ignores_the_callers_identity_is_refused() -> None:
+    """access_as: user with an agent that does not confirm impersonation: nothing relayed, close 1008."""
+    old_agent = InternalServer()
+    old_agent.add_generic_handler("gitlab.agent.kubernetes_api.rpc.KubernetesApi", _unaware_agent_handler())
+    await old_agent.start()
+    identity = ImpersonationConfig(username="gitlab:user:alice", groups=["gitlab:user"])
+    try:
+        for opener in (channel_opener(old_agent.channel), router_opener(HeaderRelayingRouter(old_agent.channel), 1)):
+            kas = await _kas(opener, identity)
+            try:
+                code, reason, texts = await _close_of(kas, json.dumps({"queries": [include("true")]}))
+            finally:
+                await kas.close()
+            assert code == 1008, (code, reason)
+            assert "identity" in (texts[-1]["error"]["reason"] if texts else reason)
+            assert not [t for t in texts if "actions" in t], "no vertex of the agent's own view is relayed"
+            kas = await _kas(opener, None)  # access_as: agent: the agent's own identity is what is asked for
+            try:
+                code, _, texts = await _close_of(kas, json.dumps({"queries": [include("true")]}))
+            finally:
+                await kas.close()
+            assert code == 1000 and any("actions" in t for t in texts)
+    finally:
+        await old_agent.stop(None)

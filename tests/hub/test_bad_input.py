@@ -156,3 +156,43 @@ def test_valid_config_after_refusals_is_stored_with_a_new_version(hub: RealHub, 
     assert body["version"] == 2
     assert body["configuration"] == {"user_access": {"access_as": {"user": {}}, "groups": [{"id": "platform"}]}}
     assert api.put(config, content=body["content"].encode()).json()["version"] == 2, "same text, same version"
+
+
+#: Ids no row can have: one past the largest 64-bit id, a huge one, and non-ASCII digits ``str.isdigit`` accepts.
+OUT_OF_RANGE_IDS = ("9223372036854775808", "18446744073709551616" * 3, "\u00b2", "\u0661\u0662", "0", "-1")
+
+
+def test_ids_out_of_range_or_not_ascii_are_4xx_never_500(hub: RealHub, setup: Setup) -> None:
+    """Issue 9 item 7: ids >= 2**63 overflowed SQLite and non-ASCII digits reached ``int()``: both were 500."""
+    api = hub.api()
+    agents = f"/projects/{setup.project_id}/cluster_agents"
+    before = hub.db.snapshot(ignore=IGNORE)
+    for bad in OUT_OF_RANGE_IDS:
+        paths = [
+            f"/projects/{bad}",
+            f"/projects/{bad}/cluster_agents",
+            f"{agents}/{bad}",
+            f"{agents}/{bad}/tokens",
+            f"{agents}/{setup.agent_id}/tokens/{bad}",
+            f"{agents}/{bad}/configuration",
+            f"/projects/{bad}/members/1",
+            f"/projects/{setup.project_id}/members/{bad}",
+            f"/groups/{bad}",
+            f"/users/{bad}",
+            f"/personal_access_tokens/{bad}",
+            f"/personal_access_tokens?user_id={bad}",
+        ]
+        for path in paths:
+            response = api.get(path)
+            assert response.status_code in (400, 404), (path, response.status_code, response.text)
+        for method, path in (("DELETE", f"{agents}/{bad}"), ("DELETE", f"/personal_access_tokens/{bad}")):
+            response = api.request(method, path)
+            assert response.status_code in (400, 404), (method, path, response.status_code, response.text)
+        member = api.post(f"/projects/{setup.project_id}/members", json={"user_id": bad, "access_level": 30})
+        assert member.status_code in (400, 404), (bad, member.text)
+        for agent_id in (bad, int(bad) if bad.isascii() and bad.lstrip("-").isdigit() else None):
+            body = {"agent_id": agent_id, "access_type": "personal_access_token", "access_key": "x"}
+            with httpx.Client(base_url=f"{hub.api_url}/internal/kubernetes/", timeout=30) as internal:
+                response = internal.post("authorize_proxy_user", json=body, headers=hub.kas_headers())
+            assert response.status_code in (400, 401, 404), (agent_id, response.status_code, response.text)
+    assert hub.db.snapshot(ignore=IGNORE) == before

@@ -86,8 +86,14 @@ def test_agent_info_for_valid_unknown_and_revoked_tokens(hub: RealHub, setup: Se
         "project_id": setup.project_id,
         "agent_id": setup.agent_id,
         "agent_name": "production",
-        "gitaly_info": {},
-        "gitaly_repository": {},
+        # Well-formed (upstream kas validates them); no Gitaly service configured in this hub.
+        "gitaly_info": {"address": "tcp://gitaly.invalid:0", "token": "", "features": {}},
+        "gitaly_repository": {
+            "storage_name": "tether",
+            "relative_path": "platform/clusters.git",
+            "gl_repository": f"project-{setup.project_id}",
+            "gl_project_path": "platform/clusters",
+        },
         "default_branch": "main",
     }
     for headers in (

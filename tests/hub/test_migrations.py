@@ -16,7 +16,9 @@ from tether.hub.db.models import Base
 
 TABLES = set(ALL_TABLES)
 #: What revision 0001 creates; 0002 adds the browser sessions.
-TABLES_0001 = TABLES - {"user_sessions"}
+TABLES_0001 = TABLES - {"user_sessions", "workspaces", "workspaces_agent_configs"}
+#: 0003 adds the workspaces.
+TABLES_0002 = TABLES_0001 | {"user_sessions"}
 
 
 def _tables(connection: Connection) -> set[str]:
@@ -90,11 +92,10 @@ async def _sessions_step(url: str) -> None:
                 )
             )
 
-        await migrate.upgrade(db.engine)
-        assert await migrate.current_revision(db.engine) == "0002" == migrate.head_revision()
+        await migrate.upgrade(db.engine, "0002")
+        assert await migrate.current_revision(db.engine) == "0002"
         async with db.engine.connect() as conn:
-            assert await conn.run_sync(_tables) == TABLES
-            assert await conn.run_sync(_drift) == []
+            assert await conn.run_sync(_tables) == TABLES_0002
         async with db.engine.begin() as conn:
             await conn.execute(
                 text(
@@ -110,11 +111,39 @@ async def _sessions_step(url: str) -> None:
             assert await conn.run_sync(_tables) == set(TABLES_0001)
             assert (await conn.execute(text("SELECT username FROM users"))).scalars().all() == ["alice"]
 
-        await migrate.upgrade(db.engine)
+        await migrate.upgrade(db.engine, "0002")
         async with db.engine.connect() as conn:
             assert (await conn.execute(text("SELECT count(*) FROM user_sessions"))).scalar_one() == 0
     finally:
         await db.close()
+
+
+async def _workspaces_step(url: str) -> None:
+    db = Database(url)
+    try:
+        await migrate.upgrade(db.engine, "0002")
+        async with db.engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "INSERT INTO users (id, username, name, admin, state, created_at) "
+                    "VALUES (1, 'alice', 'Alice', false, 'active', CURRENT_TIMESTAMP)"
+                )
+            )
+        await migrate.upgrade(db.engine)
+        assert await migrate.current_revision(db.engine) == "0003" == migrate.head_revision()
+        async with db.engine.connect() as conn:
+            assert await conn.run_sync(_tables) == TABLES
+            assert await conn.run_sync(_drift) == []
+        await migrate.downgrade(db.engine, "0002")
+        async with db.engine.connect() as conn:
+            assert await conn.run_sync(_tables) == TABLES_0002
+            assert (await conn.execute(text("SELECT username FROM users"))).scalars().all() == ["alice"]
+    finally:
+        await db.close()
+
+
+def test_workspaces_migration_up_and_down_keeps_other_data(hub_database_url: str) -> None:
+    asyncio.run(_workspaces_step(hub_database_url))
 
 
 def test_sessions_migration_up_and_down_keeps_other_data(hub_database_url: str) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.devenv.assets import AssetsMissing, locate
+from tests.fixtures.k8s import cluster_assets
 from tether.devenv.cluster import LocalCluster
 from tether.devenv.process import ProcessFailed, pid_alive
 
@@ -15,10 +15,7 @@ pytestmark = pytest.mark.k8s
 
 
 def test_failing_apiserver_shows_its_log_tail(tmp_path: Path) -> None:
-    try:
-        found = locate()
-    except AssetsMissing as exc:
-        pytest.skip(str(exc))
+    found = cluster_assets()
     lines: list[str] = []
     cluster = LocalCluster(
         tmp_path / "c", assets=found, progress=lines.append, extra_apiserver_args=("--no-such-flag=1",)

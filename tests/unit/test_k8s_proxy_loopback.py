@@ -18,7 +18,7 @@ import pytest_asyncio
 from aiohttp import web
 from google.rpc import status_pb2
 
-from tests.fixtures.hub_stub import HubStub
+from tests.fixtures.hub import RealHub
 from tether.devenv.process import free_port
 from tether.kube.kubeconfig import KubeCredentials
 from tether.modserver.config import KubernetesApiCF, KubernetesApiListenCF
@@ -32,6 +32,8 @@ from tether.pb.gitlab.agent.prototool import prototool_pb2
 from tether.tunnel.server.router import CallerSide, RoutingError
 
 API_AGENT, RAW_AGENT, ABSENT_AGENT = 901, 902, 903
+#: Served by the same stand-in API server as API_AGENT; configured with ``access_as: user`` (project 78).
+USER_AGENT = 904
 
 
 class LoopbackRouter:
@@ -136,7 +138,7 @@ async def raw_upgrade_server(reader: asyncio.StreamReader, writer: asyncio.Strea
 
 
 @pytest_asyncio.fixture
-async def loop_env(hub_stub: HubStub) -> AsyncIterator[dict[str, Any]]:
+async def loop_env(kas_hub: RealHub) -> AsyncIterator[dict[str, Any]]:
     api = FakeApiServer()
     api_runner = web.AppRunner(api.app, handler_cancellation=True)
     await api_runner.setup()
@@ -147,9 +149,10 @@ async def loop_env(hub_stub: HubStub) -> AsyncIterator[dict[str, Any]]:
     agents = {
         API_AGENT: KubernetesApiAgent(KubeCredentials(server=f"http://127.0.0.1:{api_port}", token="agent-sa-token")),
         RAW_AGENT: KubernetesApiAgent(KubeCredentials(server=f"http://127.0.0.1:{raw_port}")),
+        USER_AGENT: KubernetesApiAgent(KubeCredentials(server=f"http://127.0.0.1:{api_port}", token="agent-sa-token")),
     }
     router = LoopbackRouter(agents)
-    gitlab = GitlabClient(hub_stub.url, hub_stub.secret)
+    gitlab = GitlabClient(kas_hub.url, kas_hub.secret)
     config = KubernetesApiCF(listen=KubernetesApiListenCF(address="127.0.0.1:0"), url_path_prefix="/k8s-proxy")
     proxy = KubernetesApiProxy(
         config,
@@ -158,16 +161,20 @@ async def loop_env(hub_stub: HubStub) -> AsyncIterator[dict[str, Any]]:
         "https://gitlab.example.com",  # type: ignore[arg-type]
     )
     port = await proxy.start()
-    hub_stub.grant_proxy_access("pat-agent", "robot", API_AGENT, 77, user_id=9)
-    hub_stub.grant_proxy_access("pat-agent", "robot", RAW_AGENT, 77, user_id=9)
-    hub_stub.grant_proxy_access("pat-agent", "robot", ABSENT_AGENT, 77, user_id=9)
-    hub_stub.grant_proxy_access(
-        "pat-user", "alice", API_AGENT, 77, user_id=3, as_user=True, projects={77: ["developer"]}
-    )
-    hub_stub.grant_proxy_access("session-1", "alice", API_AGENT, 77, user_id=3, as_user=True, csrf_token="csrf-1")
+    for agent_id in (API_AGENT, RAW_AGENT, ABSENT_AGENT):
+        kas_hub.grant_proxy_access("pat-agent", "robot", agent_id, 77)
+    session = kas_hub.grant_proxy_access("pat-user", "alice", USER_AGENT, 78, as_user=True, session_cookie=True)
+    assert session is not None
     try:
         async with aiohttp.ClientSession() as client:
-            yield {"url": f"http://127.0.0.1:{port}/k8s-proxy", "client": client, "api": api, "router": router}
+            yield {
+                "url": f"http://127.0.0.1:{port}/k8s-proxy",
+                "client": client,
+                "api": api,
+                "router": router,
+                "session": session[0],
+                "csrf": session[1],
+            }
     finally:
         await proxy.stop()
         for agent in agents.values():
@@ -213,14 +220,14 @@ async def test_get_is_rewritten_for_the_api_server(loop_env: dict[str, Any]) -> 
 
 async def test_user_access_impersonates_and_refuses_nested_impersonation(loop_env: dict[str, Any]) -> None:
     client: aiohttp.ClientSession = loop_env["client"]
-    async with client.get(loop_env["url"] + "/api/echo", headers=bearer("pat-user")) as response:
+    async with client.get(loop_env["url"] + "/api/echo", headers=bearer("pat-user", USER_AGENT)) as response:
         assert response.status == 200
     pairs = loop_env["api"].seen[-1]["headers"]
     assert ("Impersonate-User", "gitlab:user:alice") in pairs
-    assert {v for k, v in pairs if k == "Impersonate-Group"} == {"gitlab:user", "gitlab:project_role:77:developer"}
-    assert ("Impersonate-Extra-agent.gitlab.com%2Fid", str(API_AGENT)) in pairs
+    assert {v for k, v in pairs if k == "Impersonate-Group"} == {"gitlab:user", "gitlab:project_role:78:developer"}
+    assert ("Impersonate-Extra-agent.gitlab.com%2Fid", str(USER_AGENT)) in pairs
     async with client.get(
-        loop_env["url"] + "/api/echo", headers={**bearer("pat-user"), "Impersonate-User": "admin"}
+        loop_env["url"] + "/api/echo", headers={**bearer("pat-user", USER_AGENT), "Impersonate-User": "admin"}
     ) as response:
         assert response.status == 403
         status = await response.json()
@@ -230,13 +237,14 @@ async def test_user_access_impersonates_and_refuses_nested_impersonation(loop_en
 
 async def test_session_cookie(loop_env: dict[str, Any]) -> None:
     client: aiohttp.ClientSession = loop_env["client"]
-    url = loop_env["url"] + f"/api/echo?gitlab-agent-id={API_AGENT}"
-    async with client.get(url, headers={"Cookie": "_gitlab_kas=session-1", "X-Csrf-Token": "csrf-1"}) as response:
+    url = loop_env["url"] + f"/api/echo?gitlab-agent-id={USER_AGENT}"
+    cookie = {"Cookie": f"_gitlab_kas={loop_env['session']}"}
+    async with client.get(url, headers={**cookie, "X-Csrf-Token": loop_env["csrf"]}) as response:
         assert response.status == 200
     pairs = loop_env["api"].seen[-1]["headers"]
     assert ("Impersonate-Extra-agent.gitlab.com%2Faccess_type", "session_cookie") in pairs
     assert not any(k.lower() in ("cookie", "x-csrf-token") for k, _ in pairs)
-    async with client.get(url, headers={"Cookie": "_gitlab_kas=session-1", "X-Csrf-Token": "wrong"}) as response:
+    async with client.get(url, headers={**cookie, "X-Csrf-Token": "wrong"}) as response:
         assert response.status == 401
         assert response.headers["Gitlab-Unauthorized"] == "true"
 

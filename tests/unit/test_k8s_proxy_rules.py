@@ -20,6 +20,7 @@ from tether.modserver.gitlab_client import (
 from tether.modules.kubernetes_api.rpc.headers import canonical_key, clean_headers, is_upgrade
 from tether.modules.kubernetes_api.rpc.impersonation import carries_impersonation, impersonation_headers
 from tether.modules.kubernetes_api.server.auth import (
+    _CACHE_SIZE,
     PAT_ACCESS,
     SESSION_ACCESS,
     ProxyCredentials,
@@ -29,6 +30,7 @@ from tether.modules.kubernetes_api.server.auth import (
 )
 from tether.modules.kubernetes_api.server.cors import cors_headers, is_preflight, preflight_response
 from tether.modules.kubernetes_api.server.status import ProxyError, status_body
+from tether.tunnel.server.metadata import ROUTING_AGENT_ID_KEY, RoutingMetadataError, routing_agent_id
 
 
 def creds(headers: dict[str, str] | list[tuple[str, str]], query: str = "", cookies: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
@@ -85,6 +87,11 @@ def test_pat_credentials() -> None:
         ({"Authorization": "Bearer ci:1:job"}, "CI job tokens"),
         ({"Authorization": "Bearer pat:x:tok"}, "not a positive decimal"),
         ({"Authorization": "Bearer pat:0:tok"}, "not a positive decimal"),
+        ({"Authorization": "Bearer pat:9223372036854775808:tok"}, "not a positive decimal"),
+        ({"Authorization": "Bearer pat:\u00b2:tok"}, "not a positive decimal"),
+        ({"Authorization": "Bearer pat:\u0661:tok"}, "not a positive decimal"),
+        ({"Authorization": "Bearer pat:+5:tok"}, "not a positive decimal"),
+        ({"Authorization": "Bearer pat:5_0:tok"}, "not a positive decimal"),
         ({"Authorization": "Bearer pat:5:"}, "empty token"),
         ([("Authorization", "Bearer pat:5:a"), ("Authorization", "Bearer pat:5:a")], "exactly one Authorization"),
     ],
@@ -95,6 +102,20 @@ def test_bad_credentials_are_401_with_the_marker_header(headers: dict[str, str],
     assert caught.value.code == 401
     assert caught.value.headers == {"Gitlab-Unauthorized": "true"}
     assert fragment in caught.value.message
+
+
+@pytest.mark.parametrize("agent_id", ["\u00b2", "9223372036854775808", "1" * 400])
+def test_session_agent_id_must_be_ascii_and_in_range(agent_id: str) -> None:
+    with pytest.raises(ProxyError) as caught:
+        creds({"Gitlab-Agent-Id": agent_id, "X-Csrf-Token": "c"}, cookies={"_gitlab_kas": "s"})
+    assert caught.value.code == 401 and "not a positive decimal" in caught.value.message
+
+
+def test_routing_agent_id_must_be_ascii_and_in_range() -> None:
+    for bad in ("\u00b2", "9223372036854775808", "-1", "0", " 1"):
+        with pytest.raises(RoutingMetadataError):
+            routing_agent_id([(ROUTING_AGENT_ID_KEY, bad)])
+    assert routing_agent_id([(ROUTING_AGENT_ID_KEY, "9223372036854775807")]) == 2**63 - 1
 
 
 def test_session_cookie_credentials_from_headers_or_query() -> None:
@@ -285,3 +306,17 @@ async def test_authorizer_does_not_cache_hub_failures() -> None:
     hub.answer = aiohttp.ClientConnectionError("refused")
     with pytest.raises(ProxyError, match="unreachable"):
         await authorizer.authorize(PAT)
+
+
+async def test_authorizer_caches_are_bounded() -> None:
+    """Issue 9 item 4: an attacker cycling through fresh tokens must not grow kas' memory without bound."""
+    hub = FakeHub(GitlabClientError(401, "/authorize_proxy_user", "no"))
+    authorizer = ProxyUserAuthorizer(hub, 60, 3600)  # type: ignore[arg-type]
+    for index in range(_CACHE_SIZE + 500):
+        with pytest.raises(ProxyError):
+            await authorizer.authorize(ProxyCredentials(5, PAT_ACCESS, f"glpat-{index}"))
+    assert authorizer._refusals is not None and len(authorizer._refusals) <= _CACHE_SIZE
+    hub.answer = ALLOWED
+    for index in range(_CACHE_SIZE + 500):
+        await authorizer.authorize(ProxyCredentials(5, PAT_ACCESS, f"glpat-ok-{index}"))
+    assert authorizer._cache is not None and len(authorizer._cache) <= _CACHE_SIZE

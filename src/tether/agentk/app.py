@@ -29,6 +29,7 @@ from tether.modagent.internal_server import InternalServer
 from tether.modshared.supervisor import ModuleSupervisor
 from tether.modules.agent_configuration.agent import ConfigurationWatcher, build_agent_meta
 from tether.pb.gitlab.agent.agentcfg import agentcfg_pb2
+from tether.tool.http_server import SafeAppRunner
 from tether.tool.logs import set_process_fields, setup_logging
 from tether.tool.supervisor import supervise
 from tether.tunnel.agent.connection import ConnectedTunnels, TunnelConnection
@@ -98,9 +99,12 @@ class AgentkApp:
         ]
         internal = InternalServer(options=message_limits)
         supervisor = ModuleSupervisor("agentk")
-        self._api = AgentApi(kube, credentials, internal, supervisor.spawn)
+        kas_channel = self._kas_channel()
+        metadata = config.call_metadata()
+        self._api = AgentApi(kube, credentials, internal, supervisor.spawn, kas=kas_channel, kas_metadata=metadata)
         modules = [m for m in (factory.new(self._api) for factory in self._factories) if m is not None]
         async with contextlib.AsyncExitStack() as stack:
+            stack.push_async_callback(kas_channel.close)
             stack.push_async_callback(kube.close)
             stack.push_async_callback(supervisor.cancel_loops)
             stack.push_async_callback(supervisor.stop_modules)
@@ -110,12 +114,8 @@ class AgentkApp:
             _log.info("internal_server_started", services=[s.name for s in descriptor.services])
             await supervisor.start(modules)
 
-            kas_channel = self._kas_channel()
-            stack.push_async_callback(kas_channel.close)
             web_runner = await self._start_observability()
             stack.push_async_callback(web_runner.cleanup)
-
-            metadata = config.call_metadata()
 
             def new_connection(listener: TunnelListener) -> PooledConnection:
                 return TunnelConnection(
@@ -127,7 +127,10 @@ class AgentkApp:
             stack.push_async_callback(self._pool.stop, config.shutdown_grace_s)
 
             agent_meta = build_agent_meta(await _kube_version(kube))
-            self._watcher = ConfigurationWatcher(kas_channel, agent_meta, self._on_configuration, metadata=metadata)
+            self._api.pod_namespace, self._api.pod_name = agent_meta.pod_namespace, agent_meta.pod_name
+            self._watcher = ConfigurationWatcher(
+                kas_channel, agent_meta, self._on_configuration, metadata=metadata, on_stream_end=self._on_stream_end
+            )
             watcher = self._watcher
             # The watcher retries on its own; a crash of the loop itself is logged and restarted (issue 9).
             watcher_task = asyncio.create_task(supervise("configuration-watcher", watcher.run), name="config-watcher")
@@ -146,6 +149,11 @@ class AgentkApp:
             for callback in self._api.configuration_callbacks:
                 callback(configuration)
 
+    def _on_stream_end(self) -> None:
+        if self._api is not None:
+            for callback in self._api.stream_end_callbacks:
+                callback()
+
     def _kas_channel(self) -> aio.Channel:
         config = self._config
         options = [*config.channel_options(), ("grpc.primary_user_agent", f"tether-agentk/{__version__}")]
@@ -159,7 +167,7 @@ class AgentkApp:
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/liveness", self._liveness)
         app.router.add_get("/readiness", self._readiness)
-        runner = web.AppRunner(app, access_log=None)
+        runner = SafeAppRunner(app, access_log=None)
         await runner.setup()
         host = self._config.observability_host or None
         site = web.TCPSite(runner, host, self._config.observability_port)

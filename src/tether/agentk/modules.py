@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from tether.modagent.api import AgentModuleFactory
+from tether.modules.agent_registrar.agent import AgentRegistrarAgentFactory
 from tether.modules.graph.agent import GraphAgentFactory
 from tether.modules.kubernetes_api.agent import KubernetesApiAgentFactory
 from tether.modules.pods.agent import PodsAgentFactory
+from tether.modules.remote_development.agent.worker import RemoteDevelopmentAgentFactory
 
 AGENT_MODULES: list[AgentModuleFactory] = [
     PodsAgentFactory(),
     KubernetesApiAgentFactory(),
     GraphAgentFactory(),
+    RemoteDevelopmentAgentFactory(),
+    AgentRegistrarAgentFactory(),
 ]

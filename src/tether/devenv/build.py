@@ -51,6 +51,7 @@ class _Runner:
     env: dict[str, str]
     progress: Progress
     heartbeat_s: float = 20.0
+    retry_hint: str = "re-running `tether dev cluster build` resumes from the last finished component."
 
     def run(self, args: Sequence[str], cwd: Path, label: str, count_lines: bool = False) -> str:
         """Run ``args`` in ``cwd``; return stdout. Raises :class:`BuildError` with the output tail."""
@@ -93,7 +94,7 @@ class _Runner:
             raise BuildError(
                 f"{label} failed (exit {code}) running: {' '.join(args)}\n    {shown}\n"
                 "Check that the Go module proxy is reachable (GOPROXY) and that there is enough disk space; "
-                "re-running `tether dev cluster build` resumes from the last finished component."
+                + self.retry_hint
             )
         return "".join(out)
 

@@ -24,6 +24,7 @@ import yaml
 from tether.devenv import pki as pki_mod
 from tether.devenv.assets import Assets, locate
 from tether.devenv.kubeapi import ApiError, KubeApi
+from tether.devenv.kwok_failures import stage_files
 from tether.devenv.process import EnvironmentProblem, ManagedProcess, ensure_port_free, free_port, pid_alive, stop_pid
 
 Progress = Callable[[str], None]
@@ -286,7 +287,7 @@ class LocalCluster:
                 "--node-ip=10.244.0.1",
                 "--node-lease-duration-seconds=40",
                 f"--server-address=127.0.0.1:{free_port()}",
-                f"--config={','.join(str(s) for s in assets.stages)}",
+                f"--config={','.join(str(s) for s in stage_files(assets.stages, self.directory / 'kwok'))}",
             ],
             None,
             "started",

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
+from tether.devenv import upstream
 from tether.devenv.assets import AssetsMissing, cache_problem, cache_root
 from tether.devenv.build import BuildError, build
 from tether.devenv.cluster import ClusterInfo, LocalCluster, ensure_not_running, stop_recorded
@@ -32,7 +34,8 @@ def default_cluster_dir() -> Path:
 
 
 def _progress(message: str) -> None:
-    console.print(f"[dim]{message}[/dim]")
+    # Build steps are labelled "[etcd]", "[gitlab-agent]": literal text, not rich markup.
+    console.print(f"[dim]{escape(message)}[/dim]")
 
 
 def ensure_binaries() -> None:
@@ -99,6 +102,29 @@ def build_command(force: bool) -> None:
     KUBEBUILDER_ASSETS or TEST_ASSET_<NAME> to use existing binaries instead.
     """
     build(force=force, progress=_progress)
+
+
+@dev.group("upstream")
+def upstream_group() -> None:
+    """Upstream GitLab kas, agentk and glab built from ../shared/upstream, the interop test peers."""
+
+
+@upstream_group.command("build")
+@click.option("--force", is_flag=True, help="Rebuild even when the cache is complete.")
+def upstream_build_command(force: bool) -> None:
+    """Build upstream kas, agentk and glab once per machine (needs Go >= 1.24 and the Go module proxy).
+
+    Sources come from ``../shared/upstream`` beside the repository (or ``$TETHER_UPSTREAM_SOURCES``);
+    binaries are cached under ``~/.cache/tether/upstream/`` (``$TETHER_CACHE_DIR`` moves it).
+    """
+    upstream.build(force=force, progress=_progress)
+
+
+@upstream_group.command("path")
+def upstream_path_command() -> None:
+    """Print the directory holding the built upstream binaries, or fail when they are not built."""
+    binaries = upstream.locate()
+    click.echo(binaries.kas.parent)
 
 
 @cluster.command("up")

@@ -219,6 +219,11 @@ async def bring_up(options: UpOptions, progress: Progress, running: Running) -> 
         TETHER_HUB_GITLAB_SECRET_FILE=str(secrets_dir / "gitlab_secret"),
         TETHER_HUB_KAS_API_SECRET_FILE=str(secrets_dir / "gitlab_secret"),
         TETHER_HUB_KAS_API_ADDRESS=f"127.0.0.1:{KAS_PORTS['api']}",
+        # Published in GET /api/v4/metadata, where glab finds kas (cluster graph, update-kubeconfig).
+        TETHER_HUB_KAS_EXTERNAL_URL=f"grpc://127.0.0.1:{KAS_PORTS['agent']}",
+        # The web console's kubectl snippet and graph relay reach kas' Kubernetes API proxy here.
+        TETHER_HUB_KAS_K8S_PROXY_URL=f"https://127.0.0.1:{KAS_PORTS['k8s_proxy']}/k8s-proxy/",
+        TETHER_HUB_KAS_K8S_PROXY_CA_FILE=str(proxy_tls.ca_cert),
     )
     hub_base = [TETHER, "hub", "--data-dir", str(state / "hub")]
     progress("starting the hub (SQLite)")
@@ -277,6 +282,7 @@ async def bring_up(options: UpOptions, progress: Progress, running: Running) -> 
     proxy_url = f"https://127.0.0.1:{KAS_PORTS['k8s_proxy']}/k8s-proxy/"
     write_kubeconfig(proxy_kubeconfig, proxy_url, f"pat:{agent_id}:{admin_token}", proxy_tls.ca_cert, name="tether")
     return {
+        "console": f"{hub_url}/  (sign in as root with the token {admin_token})",
         "kubeconfig (through kas)": f"export KUBECONFIG={shlex.quote(str(proxy_kubeconfig))}",
         "try": "kubectl get nodes",
         "hub": f"{hub_url}/api/v4  (PRIVATE-TOKEN in {admin_file})",

@@ -18,6 +18,7 @@ from google.protobuf.descriptor import Descriptor
 
 from tether.hub.errors import BadRequest
 from tether.hub.validation import is_full_path
+from tether.modules.remote_development import settings as workspaces_settings
 from tether.pb.gitlab.agent.agentcfg.agentcfg_pb2 import ConfigurationFile
 
 #: Upstream ``agent.configuration.max_configuration_file_size`` default (kas.md §7).
@@ -73,6 +74,11 @@ def parse_configuration(content: str) -> ValidConfiguration:
     except (TypeError, ValueError) as exc:  # e.g. non-string mapping keys
         raise BadRequest.field(_FIELD, str(exc)) from exc
     document = json_format.MessageToDict(message, preserving_proto_field_name=True)
+    try:
+        workspaces_settings.from_configuration(document.get("remote_development"))
+    except ValueError as exc:
+        where, _, problem = str(exc).partition(": ")
+        raise BadRequest.field(f"{_FIELD}.{where}", problem) from exc
     return ValidConfiguration(content=content, document=document)
 
 
@@ -125,7 +131,10 @@ def _check_shapes(data: dict[str, Any], descriptor: Descriptor, where: str) -> N
             continue
         nested = field.message_type
         message = nested if nested is not None and not nested.full_name.startswith("google.protobuf.") else None
-        if field.is_repeated:
+        if message is not None and message.GetOptions().map_entry:
+            if not isinstance(value, dict):
+                raise BadRequest.field(path, f"must be a mapping, not {_kind(value)}")
+        elif field.is_repeated:
             if not isinstance(value, list):
                 raise BadRequest.field(path, f"must be a list, not {_kind(value)}")
             if message is not None:

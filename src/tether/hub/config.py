@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tether.hub.db.engine import DatabaseUrlError, check_url
 from tether.tool.durations import Duration
@@ -33,9 +33,13 @@ ENV_OVERRIDES = {
     "TETHER_HUB_GITLAB_SECRET_FILE": "gitlab.authentication_secret_file",
     "TETHER_HUB_KAS_API_ADDRESS": "kas.api_address",
     "TETHER_HUB_KAS_API_SECRET_FILE": "kas.authentication_secret_file",
+    "TETHER_HUB_KAS_EXTERNAL_URL": "kas.external_url",
+    "TETHER_HUB_GITALY_LISTEN": "gitaly.listen",
     "TETHER_HUB_LOG_LEVEL": "logging.level",
     "TETHER_HUB_SESSION_LIFETIME": "sessions.lifetime",
     "TETHER_HUB_KAS_COOKIE_DOMAIN": "sessions.kas_cookie_domain",
+    "TETHER_HUB_KAS_K8S_PROXY_URL": "kas.k8s_proxy_url",
+    "TETHER_HUB_KAS_K8S_PROXY_CA_FILE": "kas.k8s_proxy_ca_certificate_file",
 }
 
 
@@ -79,12 +83,57 @@ class KasCF(_Section):
             gitlab secret (upstream deploys one secret for both directions).
         ca_certificate_file: PEM CA for a TLS api listener; None means plaintext.
         timeout: seconds to wait for kas per call.
+        external_url: the address agents dial (``grpc://``, ``grpcs://``, ``ws://`` or ``wss://``), published
+            in ``GET /api/v4/metadata`` as ``kas.externalUrl``; None reports kas as not enabled.
+        version: the kas version published as ``kas.version``; None means the hub's own version.
+        k8s_proxy_url: kas' Kubernetes API proxy as users reach it, ending with its ``url_path_prefix``
+            (``https://kas.example.com/k8s-proxy/``): the web console's kubectl snippet and graph relay use it,
+            and ``GET /api/v4/metadata`` publishes it as ``kas.externalK8sProxyUrl`` (glab); None hides them.
+        k8s_proxy_ca_certificate_file: PEM CA of that proxy's certificate, for the console's graph relay and
+            the kubectl snippet; None means the system's trusted CAs.
     """
 
     api_address: str | None = None
     authentication_secret_file: Path | None = None
     ca_certificate_file: Path | None = None
     timeout: Duration = 3.0
+    k8s_proxy_url: str | None = None
+    k8s_proxy_ca_certificate_file: Path | None = None
+    external_url: str | None = None
+    version: str | None = None
+
+    @field_validator("k8s_proxy_url")
+    @classmethod
+    def _proxy_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"https?://[^/\s?#]+(/[^\s?#]*)?", value):
+            raise ValueError(f"{value!r} is not an http:// or https:// URL")
+        return value if value is None or value.endswith("/") else value + "/"
+
+    @field_validator("external_url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        scheme, sep, rest = value.partition("://")
+        if not sep or not rest or scheme.lower() not in ("grpc", "grpcs", "ws", "wss", "http", "https"):
+            raise ValueError(f"{value!r} is not a URL (grpc://, grpcs://, ws://, wss://, http:// or https://)")
+        return value
+
+
+class GitalyCF(_Section):
+    """The Gitaly-compatible gRPC service serving agent configuration files to upstream kas (docs/interop.md).
+
+    Attributes:
+        listen: ``host:port`` to serve it on; None (the default) disables it, and ``agent_info`` then names
+            an address nothing answers on (Tether kas never dials it).
+        address: what kas dials, sent as ``gitaly_info.address``; None means ``tcp://<listen>``.
+        token_file: the shared token kas signs each call with (Gitaly's v2 HMAC scheme); None means
+            ``<data_dir>/gitaly_token``, generated on first use.
+    """
+
+    listen: str | None = None
+    address: str | None = None
+    token_file: Path | None = None
 
 
 class SessionsCF(_Section):
@@ -115,6 +164,18 @@ class SessionsCF(_Section):
         return value
 
 
+class SecurityCF(_Section):
+    """Abuse limits (issue 9 item 4).
+
+    Attributes:
+        failed_auth_per_source_per_minute: failed sign-ins and unknown tokens per client address and minute
+            before that address gets 429 (counted per hub process); 0 turns the throttle off. Behind a proxy
+            every client shares its address: raise the limit or throttle there.
+    """
+
+    failed_auth_per_source_per_minute: int = Field(default=60, ge=0)
+
+
 class LoggingCF(_Section):
     """Process logging level."""
 
@@ -137,7 +198,9 @@ class HubConfig(_Section):
     database: DatabaseCF = DatabaseCF()
     gitlab: GitlabCF = GitlabCF()
     kas: KasCF = KasCF()
+    gitaly: GitalyCF = GitalyCF()
     sessions: SessionsCF = SessionsCF()
+    security: SecurityCF = SecurityCF()
     logging: LoggingCF = LoggingCF()
 
     @property
@@ -154,6 +217,18 @@ class HubConfig(_Section):
     def kas_secret_file(self) -> Path:
         """The kas api secret file (explicit or the gitlab secret file)."""
         return self.kas.authentication_secret_file or self.gitlab_secret_file
+
+    @property
+    def gitaly_token_file(self) -> Path:
+        """The Gitaly token file (explicit or ``<data_dir>/gitaly_token``)."""
+        return self.gitaly.token_file or self.data_dir.expanduser() / "gitaly_token"
+
+    @property
+    def gitaly_address(self) -> str:
+        """``gitaly_info.address`` sent to kas: ``gitaly.address``, ``tcp://<gitaly.listen>``, or a placeholder."""
+        if self.gitaly.address:
+            return self.gitaly.address
+        return f"tcp://{self.gitaly.listen}" if self.gitaly.listen else "tcp://gitaly.invalid:0"
 
     @property
     def base_url(self) -> str:

@@ -6,13 +6,16 @@ for model validation, and ``{"error": "name is missing"}`` for malformed paramet
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 
 class HubError(Exception):
     """Base class; ``status`` is the HTTP status, :meth:`body` the JSON body."""
 
     status = 500
+    #: Extra response headers.
+    headers: ClassVar[Mapping[str, str]] = {}
 
     def __init__(self, message: str | dict[str, list[str]]) -> None:
         super().__init__(message if isinstance(message, str) else _flatten(message))
@@ -44,6 +47,31 @@ class Unauthorized(HubError):
     status = 401
 
     def __init__(self, message: str = "401 Unauthorized") -> None:
+        super().__init__(message)
+
+
+class InvalidToken(Unauthorized):
+    """401 for a revoked or expired token, with GitLab's OAuth-style body (glab's ``--check-revoked`` reads it)."""
+
+    REVOKED = "Token was revoked. You have to re-authorize from the user."
+    EXPIRED = "Token has expired."
+
+    def __init__(self, description: str) -> None:
+        super().__init__("invalid_token")
+        self.description = description
+
+    def body(self) -> dict[str, Any]:
+        """``{"error": "invalid_token", "error_description": ...}`` as GitLab answers."""
+        return {"error": "invalid_token", "error_description": self.description}
+
+
+class TooManyRequests(HubError):
+    """429: too many failed authentications from this address; retry after a minute."""
+
+    status = 429
+    headers: ClassVar[Mapping[str, str]] = {"Retry-After": "60"}
+
+    def __init__(self, message: str = "429 Too Many Requests - too many failed sign-ins, try again later") -> None:
         super().__init__(message)
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import grpc
 
+from tether.pb.gitlab.agent.agent_tokens.rpc import rpc_pb2 as tokens_pb2
+from tether.pb.gitlab.agent.agent_tokens.rpc import rpc_pb2_grpc as tokens_grpc
 from tether.pb.gitlab.agent.agent_tracker.agent_tracker_pb2 import ConnectedAgentInfo
 from tether.pb.gitlab.agent.agent_tracker.rpc import rpc_pb2 as tracker_pb2
 from tether.pb.gitlab.agent.agent_tracker.rpc import rpc_pb2_grpc as tracker_grpc
@@ -35,6 +37,7 @@ class KasApiClient:
             self._channel = grpc.aio.secure_channel(target, credentials)
         self._tracker = tracker_grpc.AgentTrackerStub(self._channel)
         self._pods = pods_grpc.PodsStub(self._channel)
+        self._tokens = tokens_grpc.AgentTokensStub(self._channel)
 
     def _metadata(self) -> tuple[tuple[str, str], ...]:
         return (("authorization", "Bearer " + mint(self._secret, ISSUER_GITLAB, AUDIENCE_KAS, _JWT_LIFETIME_S)),)
@@ -59,6 +62,22 @@ class KasApiClient:
             pods_pb2.GetPodsRequest(agent_id=agent_id), metadata=self._metadata(), timeout=timeout_s
         )
         return list(response.pods)
+
+    async def revoke_agent_tokens(self, agent_id: int, digests_hex: list[str], timeout_s: float = 10.0) -> None:
+        """Tell every kas (through this one and Redis) that these agent tokens are revoked.
+
+        Args:
+            agent_id: the tokens' agent.
+            digests_hex: the tokens' SHA-256 digests, lowercase hex as the database keeps them.
+            timeout_s: deadline of the call in seconds.
+
+        Raises:
+            grpc.aio.AioRpcError: kas refused or is unreachable.
+        """
+        request = tokens_pb2.RevokeAgentTokensRequest(
+            agent_id=agent_id, token_sha256=[bytes.fromhex(d) for d in digests_hex]
+        )
+        await self._tokens.RevokeAgentTokens(request, metadata=self._metadata(), timeout=timeout_s)
 
     async def close(self) -> None:
         """Close the channel."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from enum import IntEnum
 
+from tether.tool.ids import is_ascii_number
+
 
 class Role(IntEnum):
     """A membership role; the value is GitLab's ``access_level``."""
@@ -32,7 +34,7 @@ def parse_role(text: str) -> Role:
         ValueError: unknown role name or level.
     """
     value = text.strip().lower()
-    if value.isdigit() and int(value) in MEMBER_LEVELS:
+    if is_ascii_number(value) and len(value) < 4 and int(value) in MEMBER_LEVELS:
         return Role(int(value))
     for role in Role:
         if role.label == value and role is not Role.NO_ACCESS:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import secrets
 from pathlib import Path
 
 from tether.hub.config import HubConfig
-from tether.tool.secrets import load_base64_secret, write_base64_secret
+from tether.tool.secrets import SecretError, load_base64_secret, write_base64_secret
 
 #: kas requires the GitLab secret to decode to exactly 32 bytes (kas.md §4.2).
 SECRET_LENGTH = 32
@@ -25,6 +26,29 @@ def gitlab_secret(config: HubConfig) -> bytes:
     if config.gitlab.authentication_secret_file is None and not path.exists():
         _create(path)
     return load_base64_secret(path, exact_length=SECRET_LENGTH)
+
+
+def gitaly_token(config: HubConfig) -> str:
+    """The token kas signs its calls to the hub's Gitaly-compatible service with (text, no whitespace).
+
+    When ``gitaly.token_file`` is not set and ``<data_dir>/gitaly_token`` does not exist, a random token is
+    written there (mode 0600).
+
+    Raises:
+        tether.tool.secrets.SecretError: unreadable or empty file.
+    """
+    path = config.gitaly_token_file
+    if config.gitaly.token_file is None and not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        path.write_text(secrets.token_hex(32) + "\n")
+    try:
+        token = path.read_text().strip()
+    except OSError as exc:
+        raise SecretError(f"cannot read the Gitaly token file {path}: {exc.strerror}") from exc
+    if not token:
+        raise SecretError(f"the Gitaly token file {path} is empty")
+    return token
 
 
 def _create(path: Path) -> None:

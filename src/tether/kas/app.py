@@ -27,13 +27,15 @@ from tether import __version__
 from tether.kas.instance_registry import KasInstanceRegistry
 from tether.kas.modules import SERVER_MODULES
 from tether.kas.observability import GaugeCollector, ObservabilityServer
-from tether.modserver.agent_auth import AgentAuthenticator
+from tether.kas.token_revocation import AgentTokensServicer, subscribe_revocations
+from tether.modserver.agent_auth import AgentAuthenticator, AgentAuthInterceptor
 from tether.modserver.agent_tracker import AgentTracker
 from tether.modserver.api import ServerApi, ServerModuleFactory
 from tether.modserver.config import KasConfig, ListenCF
 from tether.modserver.gitlab_client import GitlabClient
 from tether.modshared.module import Module, ModuleStartError
 from tether.modshared.supervisor import ModuleSupervisor
+from tether.pb.gitlab.agent.agent_tokens.rpc import rpc_pb2_grpc as tokens_grpc
 from tether.pb.gitlab.agent.event.event_pb2 import TunnelsAvailable
 from tether.pb.gitlab.agent.kas.instance_pb2 import KasInstanceInfo
 from tether.tool.events import EventBus
@@ -42,6 +44,7 @@ from tether.tool.grpc_stream import BOUNDED_WINDOW_OPTIONS
 from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_GITLAB, ISSUER_KAS, JwtServerInterceptor, JwtVerifier
 from tether.tool.logs import set_process_fields
 from tether.tool.memory_backend import MemoryBackend
+from tether.tool.rate_limit import RateLimiter
 from tether.tool.secrets import SecretError, load_base64_secret
 from tether.tool.supervisor import supervise
 from tether.tunnel.server.gateway import Gateway
@@ -82,21 +85,12 @@ def own_private_api_url(config: KasConfig) -> str:
 
 
 def _redis_backend(config: KasConfig) -> HashBackend:
-    if config.redis is None:
+    url = _redis_url(config)
+    if url is None or config.redis is None:
         return MemoryBackend()
-    cfg = config.redis
-    auth = ""
-    if cfg.password_file is not None:
-        password = cfg.password_file.read_text().strip()
-        auth = f"{cfg.username or ''}:{password}@"
-    elif cfg.username:
-        auth = f"{cfg.username}@"
     from tether.tool.redis_backend import RedisBackend  # noqa: PLC0415 (redis-py only when configured)
 
-    if cfg.network == "unix":
-        url = f"unix://{auth}{cfg.server.address}?db={cfg.database_index}"
-    else:
-        url = f"redis://{auth}{cfg.server.address}/{cfg.database_index}"
+    cfg = config.redis
     return RedisBackend.from_url(
         url,
         dial_timeout_s=cfg.dial_timeout,
@@ -104,6 +98,21 @@ def _redis_backend(config: KasConfig) -> HashBackend:
         pool_size=cfg.pool_size,
         pool_timeout_s=cfg.pool_timeout,
     )
+
+
+def _redis_url(config: KasConfig) -> str | None:
+    if config.redis is None:
+        return None
+    cfg = config.redis
+    auth = ""
+    if cfg.password_file is not None:
+        password = cfg.password_file.read_text().strip()
+        auth = f"{cfg.username or ''}:{password}@"
+    elif cfg.username:
+        auth = f"{cfg.username}@"
+    if cfg.network == "unix":
+        return f"unix://{auth}{cfg.server.address}?db={cfg.database_index}"
+    return f"redis://{auth}{cfg.server.address}/{cfg.database_index}"
 
 
 def _server_options(max_message_size: int, max_connection_age_s: float) -> list[tuple[str, Any]]:
@@ -170,6 +179,7 @@ class KasApp:
         self.own_url = own_private_api_url(config)
         set_process_fields(kas_url=self.own_url)
         self.backend = _redis_backend(config)
+        self.rate_limiter = RateLimiter(_redis_url(config), f"{prefix}:rate_limit")
         self.events = EventBus(self.backend, prefix)
         self.tunnel_tracker = TunnelTracker(
             self.backend,
@@ -220,6 +230,7 @@ class KasApp:
             agent.info_cache_ttl,
             agent.info_cache_error_ttl,
         )
+        subscribe_revocations(self.events, self.auth)
         self._connected_agents = 0.0
         self.metrics = CollectorRegistry()
         self.metrics.register(
@@ -240,12 +251,18 @@ class KasApp:
         self.observability = ObservabilityServer(
             config.observability, [self._ready_probe, self._backend_probe], self.metrics
         )
-        self.agent_server = self._server(agent.listen.max_connection_age)
-        self.api_server = self._server(
-            config.api.listen.max_connection_age, JwtVerifier(api_secret, AUDIENCE_KAS, ISSUER_GITLAB)
+        self.agent_server = self._server(
+            agent.listen.max_connection_age,
+            AgentAuthInterceptor(self.auth, self.rate_limiter, agent.listen.connections_per_token_per_minute),
         )
+        self.api_server = self._server(
+            config.api.listen.max_connection_age,
+            JwtServerInterceptor(JwtVerifier(api_secret, AUDIENCE_KAS, ISSUER_GITLAB)),
+        )
+        tokens_grpc.add_AgentTokensServicer_to_server(AgentTokensServicer(self.events), self.api_server)
         self.private_server = self._server(
-            config.private_api.listen.max_connection_age, JwtVerifier(private_secret, AUDIENCE_KAS, ISSUER_KAS)
+            config.private_api.listen.max_connection_age,
+            JwtServerInterceptor(JwtVerifier(private_secret, AUDIENCE_KAS, ISSUER_KAS)),
         )
         self.api = ServerApi(
             config=config,
@@ -262,6 +279,7 @@ class KasApp:
             private_server=self.private_server,
             stopping=self.stopping,
             spawn=self.supervisor.spawn,
+            rate_limiter=self.rate_limiter,
         )
         self.modules: list[Module] = []
         for factory in SERVER_MODULES if modules is None else modules:
@@ -277,10 +295,11 @@ class KasApp:
         """Listener name -> bound TCP port, once started."""
         return self.api.ports
 
-    def _server(self, max_connection_age_s: float, verifier: JwtVerifier | None = None) -> grpc.aio.Server:
+    def _server(self, max_connection_age_s: float, interceptor: grpc.aio.ServerInterceptor) -> grpc.aio.Server:
+        # Every listener checks its callers before any request is decoded (agent token or JWT).
         return grpc.aio.server(
             options=_server_options(self.config.agent.listen.max_message_size, max_connection_age_s),
-            interceptors=[JwtServerInterceptor(verifier)] if verifier is not None else None,
+            interceptors=[interceptor],
         )
 
     async def _ready_probe(self) -> str | None:
@@ -338,7 +357,7 @@ class KasApp:
             seen = self.events.subscriptions
             results = await asyncio.gather(
                 self.tunnel_tracker.refresh(),
-                self.agent_tracker.refresh(),
+                self.agent_tracker.rebuild(),
                 self.instances.refresh(),
                 return_exceptions=True,
             )

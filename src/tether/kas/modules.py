@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from tether.modserver.api import ServerModuleFactory
 from tether.modules.agent_configuration.server import AgentConfigurationServerFactory
+from tether.modules.agent_registrar.server import AgentRegistrarServerFactory
 from tether.modules.agent_tracker.server import AgentTrackerServerFactory
+from tether.modules.gitlab_access.server import GitlabAccessServerFactory
 from tether.modules.kubernetes_api.server import KubernetesApiServerFactory
 from tether.modules.pods.server import PodsServerFactory
 from tether.modules.reverse_tunnel.server import ReverseTunnelServerFactory
@@ -12,7 +14,9 @@ from tether.modules.reverse_tunnel.server import ReverseTunnelServerFactory
 #: Upstream's order (modules.md): configuration, tracker, tunnels, then the APIs that use them.
 SERVER_MODULES: list[ServerModuleFactory] = [
     AgentConfigurationServerFactory(),
+    GitlabAccessServerFactory(),
     AgentTrackerServerFactory(),
+    AgentRegistrarServerFactory(),
     ReverseTunnelServerFactory(),
     PodsServerFactory(),
     KubernetesApiServerFactory(),

@@ -14,6 +14,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from tether.modserver.config import ObservabilityCF
+from tether.tool.http_server import SafeAppRunner
 
 #: A readiness probe returns None when healthy, else a short reason.
 Probe = Callable[[], Awaitable[str | None]]
@@ -70,7 +71,7 @@ class ObservabilityServer:
 
     async def start(self) -> None:
         """Start listening on the configured address (``host:port``)."""
-        self._runner = web.AppRunner(self._app, access_log=None)
+        self._runner = SafeAppRunner(self._app, access_log=None)
         await self._runner.setup()
         host, _, port = self._config.listen.address.rpartition(":")
         await web.TCPSite(self._runner, host or "0.0.0.0", int(port)).start()

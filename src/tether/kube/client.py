@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 import msgspec
+from multidict import CIMultiDict
 
 from tether.kube.kubeconfig import KubeCredentials
 
@@ -97,6 +98,30 @@ class KubeClient:
         self._session: aiohttp.ClientSession | None = None
         self._watch_session: aiohttp.ClientSession | None = None
         self._token = _Token(value=credentials.token)
+        self._owner: KubeClient | None = None
+        self._extra_headers: tuple[tuple[str, str], ...] = ()
+
+    def with_headers(self, headers: Sequence[tuple[str, str]]) -> KubeClient:
+        """A client sending ``headers`` on every request, sharing this client's connections and credentials.
+
+        Used to act as another identity (``Impersonate-*`` headers, kas.md §4.5). Closing the returned client
+        does nothing; closing this one closes both.
+
+        Args:
+            headers: (name, value) pairs; a name may repeat (e.g. one ``Impersonate-Group`` per group).
+        """
+        view = KubeClient(self._credentials, timeout_s=self._timeout.total or 30.0)
+        view._owner = self._owner or self
+        view._extra_headers = (*self._extra_headers, *headers)
+        return view
+
+    def _headers(self, accept: str) -> CIMultiDict[str]:
+        headers: CIMultiDict[str] = CIMultiDict(self._extra_headers)
+        headers["Accept"] = accept
+        token = self._bearer_token()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        return headers
 
     @property
     def credentials(self) -> KubeCredentials:
@@ -118,10 +143,7 @@ class KubeClient:
             KubeConnectionError: network/TLS failure, timeout, or a body that is not a JSON object.
         """
         session = self._ensure_session()
-        headers = {"Accept": accept}
-        token = self._bearer_token()
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
+        headers = self._headers(accept)
         url = self._credentials.server + path
         try:
             async with session.get(url, params=dict(params or {}), headers=headers) as response:
@@ -196,10 +218,7 @@ class KubeClient:
             KubeConnectionError: network/TLS failure, read timeout, or a line that is not a JSON object.
         """
         session = self._ensure_watch_session()
-        headers = {"Accept": "application/json"}
-        token = self._bearer_token()
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
+        headers = self._headers("application/json")
         url = self._credentials.server + path
         query = dict(params or {})
         query["watch"] = "1"
@@ -242,8 +261,50 @@ class KubeClient:
             platform=str(data.get("platform", "")),
         )
 
+    async def send_json(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        params: Mapping[str, str] | None = None,
+        *,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        """Send a write (``POST``, ``PUT``, ``PATCH``, ``DELETE``) with a JSON body; return the decoded answer.
+
+        Server-side apply is ``PATCH`` with ``content_type="application/apply-patch+yaml"`` (JSON is YAML) and
+        ``params={"fieldManager": ..., "force": "true"}``.
+
+        Raises:
+            KubeApiError: non-2xx answer (from the ``Status`` body), e.g. 404, 409, 422 with the reason.
+            KubeConnectionError: network/TLS failure or timeout.
+        """
+        session = self._ensure_session()
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        token = self._bearer_token()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        url = self._credentials.server + path
+        data = None if body is None else json.dumps(body).encode()
+        try:
+            async with session.request(method, url, params=dict(params or {}), headers=headers, data=data) as response:
+                answer = await response.read()
+                if response.status >= 300:
+                    raise _api_error(response.status, response.reason or "", answer)
+        except aiohttp.ClientError as exc:
+            raise KubeConnectionError(f"{method} {url}: {exc}") from exc
+        except TimeoutError as exc:
+            raise KubeConnectionError(f"{method} {url}: timed out after {self._timeout.total} s") from exc
+        try:
+            decoded = json.loads(answer) if answer else {}
+        except ValueError as exc:
+            raise KubeConnectionError(f"{method} {url}: response is not JSON") from exc
+        return decoded if isinstance(decoded, dict) else {}
+
     async def close(self) -> None:
-        """Close the connection pool; the client must not be used afterwards."""
+        """Close the connection pool; the client must not be used afterwards (no-op for :meth:`with_headers`)."""
+        if self._owner is not None:
+            return
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -252,6 +313,8 @@ class KubeClient:
             self._watch_session = None
 
     def _ensure_session(self) -> aiohttp.ClientSession:
+        if self._owner is not None:
+            return self._owner._ensure_session()
         if self._session is None:
             ssl_context = self._credentials.ssl_context()
             connector = aiohttp.TCPConnector(ssl=ssl_context if ssl_context is not None else False)
@@ -259,6 +322,8 @@ class KubeClient:
         return self._session
 
     def _ensure_watch_session(self) -> aiohttp.ClientSession:
+        if self._owner is not None:
+            return self._owner._ensure_watch_session()
         if self._watch_session is None:
             ssl_context = self._credentials.ssl_context()
             connector = aiohttp.TCPConnector(ssl=ssl_context if ssl_context is not None else False, limit=0)
@@ -266,6 +331,8 @@ class KubeClient:
         return self._watch_session
 
     def _bearer_token(self) -> str | None:
+        if self._owner is not None:
+            return self._owner._bearer_token()
         path = self._credentials.token_file
         if path is None:
             return self._token.value

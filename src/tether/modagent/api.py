@@ -11,11 +11,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from grpc import aio
+
 from tether.kube.client import KubeClient
 from tether.kube.kubeconfig import KubeCredentials
+from tether.modagent.gitlab_request import GitlabRequestError, GitlabResponse, make_gitlab_request
 from tether.modagent.internal_server import InternalServer
 from tether.modshared.module import Module, Spawner
 from tether.pb.gitlab.agent.agentcfg import agentcfg_pb2
+from tether.tool.grpc_meta import Metadata
 
 ConfigurationCallback = Callable[[agentcfg_pb2.AgentConfiguration], None]
 
@@ -30,14 +34,46 @@ class AgentApi:
         internal_server: the internal gRPC server; register services before it starts (kas calls them
             through the reverse tunnels).
         spawn: starts a supervised background loop.
+        kas: channel to kas' agent listener, for modules that call kas themselves (upstream ``KasConn``);
+            None in processes without kas (tests of single modules).
+        kas_metadata: per-RPC metadata of every call to kas (``authorization: Bearer <token>`` and the
+            ``--kas-header`` pairs).
         configuration_callbacks: filled by :meth:`on_configuration`.
+        stream_end_callbacks: filled by :meth:`on_configuration_stream_end`.
     """
 
     kube: KubeClient
     kube_credentials: KubeCredentials
     internal_server: InternalServer
     spawn: Spawner
+    kas: aio.Channel | None = None
+    kas_metadata: Metadata = ()
     configuration_callbacks: list[ConfigurationCallback] = field(default_factory=list)
+    stream_end_callbacks: list[Callable[[], None]] = field(default_factory=list)
+    #: Where agentk runs (``POD_NAMESPACE``/``POD_NAME``); set by the process before any configuration arrives.
+    pod_namespace: str = "default"
+    pod_name: str = ""
+
+    async def make_gitlab_request(
+        self, module_name: str, path: str, *, method: str = "GET", body: bytes = b"", timeout_s: float = 60.0
+    ) -> GitlabResponse:
+        """An HTTP request to the hub's ``/api/v4/internal/kubernetes/modules/<module_name><path>`` through kas.
+
+        Upstream ``modagent.Api.MakeGitLabRequest``; the hub's status and body come back unchanged.
+
+        Raises:
+            GitlabRequestError: not connected to kas yet, kas refused, or the hub is unreachable
+                (``retryable`` says whether trying again later may work).
+        """
+        if self.kas is None:
+            raise GitlabRequestError("not connected to kas yet", retryable=True)
+        return await make_gitlab_request(
+            self.kas, self.kas_metadata, module_name, path, method=method, body=body, timeout_s=timeout_s
+        )
+
+    def on_configuration_stream_end(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` whenever agentk's configuration stream ended (it reconnects, maybe to another kas)."""
+        self.stream_end_callbacks.append(callback)
 
     def on_configuration(self, callback: ConfigurationCallback) -> None:
         """Call ``callback`` with each new agent configuration kas sends (kas.md §6.3 "Apply").

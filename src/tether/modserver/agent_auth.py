@@ -1,25 +1,38 @@
 """Agent token authentication on the agent listener (kas.md §4.1).
 
 agentk sends ``authorization: Bearer <agent token>`` on every RPC. kas asks the hub (``agent_info``)
-who the token belongs to. Successful answers are cached in process memory for ``info_cache_ttl``;
-refusals (HTTP 401/403/404) are cached in the shared store for ``info_cache_error_ttl`` under a key
-derived from the first half of the token only, so a leaked key cannot reveal a usable token.
+who the token belongs to. Successful answers are cached in process memory for ``info_cache_ttl`` (at most
+:data:`MAX_CACHED_TOKENS`, least recently used first out); refusals (HTTP 401/403/404) are cached in the
+shared store for ``info_cache_error_ttl``. Both are keyed on the SHA-256 of the whole token: a key
+reveals no usable token, and two tokens sharing a first half never share an answer (issue 9 item 4;
+upstream hashes the first half only).
+
+Revocation (issue 9 item 7): the RPCs an agent opens with a token are held under its digest
+(:meth:`AgentAuthenticator.hold`); :meth:`AgentAuthenticator.revoke` (fed by the ``AgentTokenRevoked`` event
+every kas receives) forgets the token, refuses it for the cache lifetime, and cancels those RPCs, which
+closes the token's tunnels and configuration streams at once instead of after the cache expires.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
 import time
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import Any, Protocol
 
 import aiohttp
 import grpc
+from cachetools import TTLCache
 
 from tether.modserver.gitlab_client import AgentInfo, GitlabClient, GitlabClientError
 from tether.tool.grpc_meta import MetadataIn
+from tether.tool.jwt_auth import reject_handler
+from tether.tool.rate_limit import RateLimiter
+from tether.tool.rate_limit import per_minute as rate_per_minute
 from tether.tool.status import StatusError
 
 log = logging.getLogger(__name__)
@@ -62,9 +75,18 @@ def bearer_token(metadata: MetadataIn | None) -> str:
     return token
 
 
+#: Most successful answers kept in memory; beyond, the least recently used are dropped.
+MAX_CACHED_TOKENS = 10_000
+
+
+def token_digest(token: str) -> bytes:
+    """SHA-256 of the whole token (32 bytes): the only form kas keys or publishes a token by."""
+    return hashlib.sha256(token.encode()).digest()
+
+
 def token_key(prefix: str, token: str) -> bytes:
-    """Cache key for ``token``: ``<prefix>:agent_info_errs:`` + SHA-256 of the token's first half (kas.md §3.4)."""
-    return f"{prefix}:agent_info_errs:".encode() + hashlib.sha256(token[: len(token) // 2].encode()).digest()
+    """Refusal cache key for ``token``: ``<prefix>:agent_info_errs:`` + :func:`token_digest`."""
+    return f"{prefix}:agent_info_errs:".encode() + token_digest(token)
 
 
 class AgentAuthenticator:
@@ -86,8 +108,13 @@ class AgentAuthenticator:
         self._prefix = key_prefix
         self._ttl_s = ttl_s
         self._error_ttl_s = error_ttl_s
-        self._cache: dict[str, tuple[float, AgentInfo]] = {}
-        self._inflight: dict[str, asyncio.Future[AgentInfo]] = {}
+        self._cache: TTLCache[bytes, AgentInfo] | None = (
+            TTLCache(MAX_CACHED_TOKENS, ttl_s, timer=time.monotonic) if ttl_s > 0 else None
+        )
+        self._inflight: dict[bytes, asyncio.Future[AgentInfo]] = {}
+        # Recently revoked tokens stay refused for as long as an answer could have been cached anywhere.
+        self._revoked: TTLCache[bytes, bool] = TTLCache(MAX_CACHED_TOKENS, max(ttl_s, error_ttl_s, 60.0))
+        self._held: dict[bytes, set[asyncio.Task[Any]]] = {}
 
     async def authenticate(self, metadata: MetadataIn | None) -> AgentInfo:
         """Authenticate the RPC whose metadata is given.
@@ -97,22 +124,74 @@ class AgentAuthenticator:
                 NOT_FOUND, or UNAVAILABLE when the hub cannot be reached.
         """
         token = bearer_token(metadata)
-        cached = self._cache.get(token)
-        if cached is not None and cached[0] > time.monotonic():
-            return cached[1]
+        digest = token_digest(token)
+        if digest in self._revoked:
+            raise AuthError(grpc.StatusCode.UNAUTHENTICATED, _MESSAGES[401])
+        cached = self._cache.get(digest) if self._cache is not None else None
+        if cached is not None:
+            return cached
         # One hub call per token even when many RPCs of the same agent arrive together.
-        lookup = self._inflight.get(token)
+        lookup = self._inflight.get(digest)
         if lookup is None:
-            lookup = asyncio.ensure_future(self._lookup_and_cache(token))
-            self._inflight[token] = lookup
-            lookup.add_done_callback(lambda _: self._inflight.pop(token, None))
+            lookup = asyncio.ensure_future(self._lookup_and_cache(token, digest))
+            self._inflight[digest] = lookup
+            lookup.add_done_callback(lambda _: self._inflight.pop(digest, None))
         return await asyncio.shield(lookup)
 
-    async def _lookup_and_cache(self, token: str) -> AgentInfo:
+    async def _lookup_and_cache(self, token: str, digest: bytes) -> AgentInfo:
         info = await self._lookup(token)
-        if self._ttl_s > 0:
-            self._cache[token] = (time.monotonic() + self._ttl_s, info)
+        if digest in self._revoked:  # revoked while the hub was answering
+            raise AuthError(grpc.StatusCode.UNAUTHENTICATED, _MESSAGES[401])
+        if self._cache is not None:
+            self._cache[digest] = info
         return info
+
+    @contextlib.contextmanager
+    def hold(self, metadata: MetadataIn | None) -> Iterator[None]:
+        """Register the running RPC (the current task) as opened with the metadata's token.
+
+        Revoking the token ends the RPC with UNAUTHENTICATED (its task is cancelled, then answers). Use after
+        :meth:`authenticate` succeeded, around the RPC's life.
+
+        Raises:
+            AuthError: UNAUTHENTICATED when the token was revoked meanwhile, or the metadata has no token.
+        """
+        digest = token_digest(bearer_token(metadata))
+        if digest in self._revoked:
+            raise AuthError(grpc.StatusCode.UNAUTHENTICATED, _MESSAGES[401])
+        task = asyncio.current_task()
+        assert task is not None
+        held = self._held.setdefault(digest, set())
+        held.add(task)
+        try:
+            yield
+        except asyncio.CancelledError:
+            # grpc.aio sends no status for a handler that ends cancelled, so the peer would hang until its
+            # deadline: a cancellation caused by the revocation becomes UNAUTHENTICATED instead.
+            if digest in self._revoked and task.cancelling():
+                task.uncancel()
+                raise AuthError(grpc.StatusCode.UNAUTHENTICATED, _MESSAGES[401]) from None
+            raise
+        finally:
+            held.discard(task)
+            if not held and self._held.get(digest) is held:
+                del self._held[digest]
+
+    def revoke(self, digests: Iterable[bytes]) -> int:
+        """Forget and refuse the tokens with these SHA-256 digests; cancel the RPCs opened with them.
+
+        Returns:
+            How many RPCs were cancelled.
+        """
+        cancelled = 0
+        for digest in digests:
+            self._revoked[digest] = True
+            if self._cache is not None:
+                self._cache.pop(digest, None)
+            for task in self._held.pop(digest, set()):
+                task.cancel()
+                cancelled += 1
+        return cancelled
 
     async def _lookup(self, token: str) -> AgentInfo:
         key = token_key(self._prefix, token)
@@ -154,4 +233,49 @@ class AgentAuthenticator:
 
     def forget(self, token: str) -> None:
         """Drop a cached success (used when a later call shows the token no longer works)."""
-        self._cache.pop(token, None)
+        if self._cache is not None:
+            self._cache.pop(token_digest(token), None)
+
+
+class AgentAuthInterceptor(grpc.aio.ServerInterceptor):
+    """Rate-limits and authenticates every RPC on the agent listener before its request is decoded.
+
+    Without it, a handler's request message (up to ``max_message_size``) is parsed before the handler checks
+    the token (issue 9 item 7). Handlers still call :meth:`AgentAuthenticator.authenticate` for the
+    :class:`AgentInfo`; the answer then comes from the cache.
+
+    New RPCs per token are limited to ``connections_per_token_per_minute`` across every kas sharing the
+    limiter's Redis (upstream's ``agent.listen.connections_per_token_per_minute``; 0 turns it off); beyond,
+    RPCs get ``RESOURCE_EXHAUSTED`` before any hub call. The key is the token's SHA-256.
+
+    Args:
+        auth: the authenticator.
+        limiter: the shared rate limiter, or None for no limit.
+        per_minute: the limit.
+    """
+
+    def __init__(self, auth: AgentAuthenticator, limiter: RateLimiter | None = None, per_minute: int = 0) -> None:
+        self._auth = auth
+        self._limiter = limiter if per_minute > 0 else None
+        self._limit = rate_per_minute(max(per_minute, 1))
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        """Refuse the call with the authentication error, or hand it to its handler."""
+        metadata = handler_call_details.invocation_metadata
+        try:
+            if self._limiter is not None:
+                key = token_digest(bearer_token(metadata)).hex()
+                if not await self._limiter.hit("agent_rpc", self._limit, key):
+                    return reject_handler(
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        f"rate limit exceeded: more than {self._limit.amount} RPCs per minute with this agent token "
+                        "(agent.listen.connections_per_token_per_minute)",
+                    )
+            await self._auth.authenticate(metadata)
+        except AuthError as exc:
+            return reject_handler(exc.code, exc.message)
+        return await continuation(handler_call_details)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from google.protobuf.message import DecodeError
 
@@ -40,6 +41,8 @@ class AgentTracker:
         ttl_s: seconds a registration lives without refresh (``agent.redis_conn_info_ttl``, 300).
         refresh_s: seconds between refreshes (``agent.redis_conn_info_refresh``, 240).
         gc_s: seconds between GC rounds (``agent.redis_conn_info_gc``, 600).
+        pod_ttl_s: seconds a pod's ``Register`` entry lives unless the pod registers again (agentk calls every
+            300 s, kas.md §3.3; the default leaves a minute of slack).
 
     Backend errors (``redis.exceptions.RedisError``, ``OSError``, ``ConnectionError``) propagate from every method
     except :meth:`run`, which logs and retries.
@@ -53,6 +56,7 @@ class AgentTracker:
         ttl_s: float = 300,
         refresh_s: float = 240,
         gc_s: float = 600,
+        pod_ttl_s: float = 360,
     ) -> None:
         base = f"{key_prefix}:agent_tracker2".encode()
         self._by_agent_prefix = base + b":conn_by_agent_id:"
@@ -63,6 +67,11 @@ class AgentTracker:
         self._gc_s = gc_s
         # One hash family over all three keys, so a registration is one transaction (seed 000 "transactions").
         self._hash: ExpiringHash[bytes] = ExpiringHash(backend, ttl_s, _identity)
+        # Pods registered through AgentRegistrar.Register live only as long as the pod keeps calling: kas remembers
+        # them (to delete them on shutdown) but never refreshes them, and forgets them once expired.
+        self._pods: ExpiringHash[bytes] = ExpiringHash(backend, pod_ttl_s, _identity)
+        self._pod_ttl_s = pod_ttl_s
+        self._pod_written: dict[tuple[bytes, str], float] = {}
         self._backend = backend
 
     def agent_key(self, agent_id: int) -> bytes:
@@ -105,11 +114,60 @@ class AgentTracker:
         """
         connection = str(info.connection_id)
         agent_key = self.agent_key(info.agent_id)
+        project_key = self.project_key(info.project_id)
+        for key in (agent_key, project_key):
+            self._pods.forget(key, connection)
+            self._pod_written.pop((key, connection), None)
         # One transaction: a failure must not leave the connection listed under one of the two keys.
-        await self._hash.unset_many([(agent_key, connection), (self.project_key(info.project_id), connection)])
+        await self._hash.unset_many([(agent_key, connection), (project_key, connection)])
         if not self._hash.owned_fields(agent_key):
             self._hash.forget(self._connected_agents_key, str(info.agent_id))
         await self._publish(AgentDisconnected(info=info))
+
+    async def register_pod(self, info: ConnectedAgentInfo) -> None:
+        """Write the entry of a pod that registered itself (``AgentRegistrar.Register``), under the same three keys.
+
+        The connection id is the pod's ``pod_id``, so a repeated call overwrites the same entry with a fresh
+        expiry (``pod_ttl_s``). Unlike :meth:`register_connection` kas never refreshes the entry: it expires
+        unless the pod registers again (upstream fixed its leak of such entries this way, kas.md §3.3 "Known
+        issue"). kas remembers it until then only so that :meth:`clear` removes it on shutdown (seed 000).
+        Publishes ``AgentConnected{info}``.
+
+        Raises:
+            the backend's error.
+        """
+        payload = info.SerializeToString()
+        items = [
+            (self.agent_key(info.agent_id), str(info.connection_id), payload),
+            (self.project_key(info.project_id), str(info.connection_id), payload),
+            (self._connected_agents_key, str(info.agent_id), b""),
+        ]
+        now = time.monotonic()
+        self._forget_expired_pods(now)
+        await self._pods.set_many(items)
+        for key, field, _ in items:
+            self._pod_written[(key, field)] = now
+        await self._publish(AgentConnected(info=info))
+
+    def _forget_expired_pods(self, now: float) -> None:
+        expired = [item for item, written in self._pod_written.items() if now - written > self._pod_ttl_s]
+        for key, field in expired:
+            del self._pod_written[(key, field)]
+            self._pods.forget(key, field)
+
+    async def unregister_agent(self, agent_id: int) -> int:
+        """Delete every connection of ``agent_id`` (of any kas): kas learnt its token is no longer valid.
+
+        Returns:
+            the number of connections removed.
+
+        Raises:
+            the backend's error.
+        """
+        infos = await self.connections_by_agent_id(agent_id)
+        for info in infos:
+            await self.unregister_connection(info)
+        return len(infos)
 
     async def connections_by_agent_id(self, agent_id: int) -> list[ConnectedAgentInfo]:
         """Return the live connections of ``agent_id`` registered by any kas, ordered by connection id."""
@@ -127,13 +185,32 @@ class AgentTracker:
         """Rewrite every registration of this kas with a fresh expiry; returns the number of fields written."""
         return await self._hash.refresh()
 
+    async def rebuild(self) -> int:
+        """Re-write everything this kas registered, after the store lost it (e.g. Redis restarted empty).
+
+        Unlike the periodic :meth:`refresh` this includes pods' ``Register`` entries that have not expired yet,
+        with a fresh expiry. Returns the number of fields written.
+        """
+        self._forget_expired_pods(time.monotonic())
+        return await self._hash.refresh() + await self._pods.refresh()
+
     async def gc(self) -> int:
         """Delete expired fields (of any kas) from the hashes this kas writes to; returns how many."""
-        return await self._hash.gc()
+        self._forget_expired_pods(time.monotonic())
+        return await self._hash.gc() + await self._pods.gc()
 
     async def clear(self) -> int:
-        """Delete every registration of this kas (clean shutdown, seed 000); returns how many fields it owned."""
-        return await self._hash.clear()
+        """Delete every registration of this kas (clean shutdown, seed 000); returns how many fields it owned.
+
+        That includes the entries of pods registered through this kas that have not expired yet: they come back
+        with the pod's next ``Register``, through another kas.
+        """
+        self._pod_written.clear()
+        results = await asyncio.gather(self._hash.clear(), self._pods.clear(), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return sum(r for r in results if isinstance(r, int))
 
     async def run(self) -> None:
         """Refresh every ``refresh_s`` and GC every ``gc_s`` seconds until cancelled; errors are logged."""

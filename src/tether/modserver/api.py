@@ -22,6 +22,7 @@ from tether.modserver.gitlab_client import GitlabClient
 from tether.modshared.module import Module, Spawner
 from tether.tool.events import EventBus
 from tether.tool.expiring_hash import HashBackend
+from tether.tool.rate_limit import RateLimiter
 from tether.tunnel.server.grpc_handlers import AgentIdFromRequest
 from tether.tunnel.server.registry import TunnelRegistry
 from tether.tunnel.server.router import Router
@@ -46,6 +47,7 @@ class ServerApi:
         private_server: the private api gRPC listener (other kas).
         stopping: set when kas begins to shut down; long polls end on it.
         spawn: starts a supervised background loop.
+        rate_limiter: rate limits shared by every kas through Redis (memory without Redis), or None.
         routed_methods: agent methods the api listener routes to agents; fill with :meth:`register_agent_api`.
         ports: listener name -> bound TCP port; a module with its own listener adds it here.
     """
@@ -64,6 +66,7 @@ class ServerApi:
     private_server: grpc.aio.Server
     stopping: asyncio.Event
     spawn: Spawner
+    rate_limiter: RateLimiter | None = None
     routed_methods: dict[str, AgentIdFromRequest] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
 

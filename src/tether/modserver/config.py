@@ -44,6 +44,10 @@ class AgentListenCF(ListenCF):
     connections_per_token_per_minute: int = Field(default=40000, ge=0)
     #: Tether addition: largest gRPC message accepted on this listener, in bytes.
     max_message_size: int = Field(default=10 * 1024 * 1024, ge=1024)
+    #: Tether addition: most tunnels one agent may hold on this kas (all its agentk replicas together).
+    max_tunnels_per_agent: int = Field(default=2000, ge=1)
+    #: Tether addition: most tunnels one connection (one agentk replica) may hold; agentk opens at most 500.
+    max_tunnels_per_connection: int = Field(default=500, ge=1)
 
 
 class AgentConfigurationCF(_Section):
@@ -73,6 +77,10 @@ class KubernetesApiCF(_Section):
     allowed_agent_cache_ttl: Duration = 60.0
     #: How long a refusal (hub 401/403/404) is reused for the same credentials.
     allowed_agent_cache_error_ttl: Duration = 10.0
+    #: Tether addition (issue 9 item 4): refused credentials per client address and minute, over every kas
+    #: sharing Redis, before the address gets 429 without a hub call; 0 turns the throttle off. Behind a proxy
+    #: or load balancer every client shares its address: raise the limit or throttle there.
+    failed_auth_per_source_per_minute: int = Field(default=60, ge=0)
 
     @field_validator("url_path_prefix")
     @classmethod

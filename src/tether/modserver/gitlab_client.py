@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 
@@ -30,6 +31,16 @@ class GitlabClientError(Exception):
         self.status_code = status_code
         self.path = path
         self.reason = reason
+
+
+@dataclass(frozen=True)
+class ModuleResponse:
+    """The hub's answer to a module request: status, reason phrase, headers (name -> values) and body."""
+
+    status: int
+    reason: str
+    headers: dict[str, list[str]]
+    body: bytes
 
 
 @dataclass(frozen=True)
@@ -200,6 +211,53 @@ class GitlabClient:
             return _proxy_user_authorization(data)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise GitlabClientError(502, path, f"malformed answer: {exc!r}") from exc
+
+    async def module_request(
+        self,
+        agent_token: str,
+        module_name: str,
+        path: str,
+        method: str,
+        *,
+        query: list[tuple[str, str]] | None = None,
+        headers: dict[str, str] | None = None,
+        body: bytes = b"",
+        max_response_bytes: int = 64 * 1024 * 1024,
+    ) -> ModuleResponse:
+        """Call ``/api/v4/internal/kubernetes/modules/<module_name><path>`` for an agent module (modules.md).
+
+        Any status is returned as is (the module decides what it means); the module name is URL-escaped.
+
+        Args:
+            agent_token: the calling agent's token.
+            module_name: e.g. ``remote_development``.
+            path: the module path, starting with ``/`` (already checked by the caller).
+            method: HTTP method.
+            query: query parameters in order.
+            headers: request headers to pass on (hop-by-hop and credentials removed by the caller).
+            body: the request body.
+            max_response_bytes: a longer answer is refused.
+
+        Raises:
+            GitlabClientError: 502 when the answer is longer than ``max_response_bytes``.
+            aiohttp.ClientError, TimeoutError: the hub cannot be reached or did not answer in time.
+        """
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=self._timeout)
+        url = f"{self._base}/api/v4/internal/kubernetes/modules/{quote(module_name, safe='')}{path}"
+        sent = {**(headers or {}), **self._headers(agent_token)}
+        async with self._session.request(
+            method, url, params=query or [], headers=sent, data=body, allow_redirects=False
+        ) as resp:
+            data = bytearray()
+            async for chunk in resp.content.iter_chunked(64 * 1024):
+                data += chunk
+                if len(data) > max_response_bytes:
+                    raise GitlabClientError(502, url, f"answer longer than {max_response_bytes} bytes")
+            answer_headers: dict[str, list[str]] = {}
+            for key, value in resp.headers.items():
+                answer_headers.setdefault(key, []).append(value)
+            return ModuleResponse(resp.status, resp.reason or "", answer_headers, bytes(data))
 
     async def close(self) -> None:
         """Close the HTTP session."""

@@ -40,10 +40,14 @@ def meta_to_values(metadata: Iterable[tuple[str, str | bytes]] | None) -> dict[s
 
 
 def values_to_meta(values: Mapping[str, prototool_pb2.Values]) -> Metadata:
-    """Flatten a ``{key: Values}`` map back into metadata pairs (``-bin`` values become bytes again)."""
+    """Flatten a ``{key: Values}`` map back into metadata pairs (``-bin`` values become bytes again).
+
+    Transport-reserved keys and HTTP/2 pseudo-headers (``:authority``, ``:path``..., which Go peers such as
+    upstream kas include in the metadata they forward) are dropped: grpcio refuses them as header keys.
+    """
     pairs: list[tuple[str, str | bytes]] = []
     for key, entry in values.items():
-        if key in _RESERVED:
+        if key in _RESERVED or key.startswith(":"):
             continue
         for value in entry.value:
             pairs.append((key, value.encode("latin-1") if key.endswith("-bin") else value))
@@ -68,3 +72,25 @@ def code_from_int(code: int) -> grpc.StatusCode:
         if candidate.value[0] == code:
             return candidate
     return grpc.StatusCode.UNKNOWN
+
+
+#: Tether addition (issue 9 item 7): the caller's remaining deadline in milliseconds when the call was
+#: routed; agentk bounds the call it makes for the tunnel by it (gRPC's own deadline ends at the tunnel).
+TIMEOUT_MS_KEY = "tether-timeout-ms"
+#: Longest deadline carried (a day); larger values are clamped.
+_MAX_TIMEOUT_MS = 86_400_000
+
+
+def timeout_entry(timeout_s: float) -> tuple[str, str]:
+    """The metadata entry carrying a ``timeout_s`` seconds deadline."""
+    return TIMEOUT_MS_KEY, str(max(1, min(int(timeout_s * 1000), _MAX_TIMEOUT_MS)))
+
+
+def timeout_from(metadata: MetadataIn | None) -> float | None:
+    """The deadline in seconds from :data:`TIMEOUT_MS_KEY`, or None when absent or malformed."""
+    for key, value in metadata or ():
+        if key == TIMEOUT_MS_KEY:
+            text = value.decode(errors="replace") if isinstance(value, bytes) else value
+            if text.isascii() and text.isdigit() and len(text) <= 9:
+                return max(1, min(int(text), _MAX_TIMEOUT_MS)) / 1000
+    return None

@@ -97,13 +97,15 @@ class JwtServerInterceptor(grpc.aio.ServerInterceptor):
         try:
             self._verifier.check_metadata(handler_call_details.invocation_metadata)
         except JwtError as exc:
-            return _reject(f"JWT validation failed: {exc}")
+            return reject_handler(grpc.StatusCode.UNAUTHENTICATED, f"JWT validation failed: {exc}")
         return await continuation(handler_call_details)
 
 
-def _reject(message: str) -> grpc.RpcMethodHandler[Any, Any]:
+def reject_handler(code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler[Any, Any]:
+    """A method handler ending any call with ``code``/``message`` before reading or decoding a request."""
+
     async def abort(_requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+        await context.abort(code, message)
 
     # On the wire every call is a stream, so a stream handler answers unary callers too, before any read.
     return grpc.stream_stream_rpc_method_handler(abort)

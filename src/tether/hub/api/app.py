@@ -12,6 +12,8 @@ from contextlib import asynccontextmanager
 
 import grpc
 from fastapi import APIRouter, FastAPI
+from fastapi.responses import PlainTextResponse
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from tether import __version__
 from tether.hub.api import errors
@@ -22,17 +24,25 @@ from tether.hub.api.internal_auth import KasJwtMiddleware
 from tether.hub.api.routes_agent_config import router as agent_config_router
 from tether.hub.api.routes_agent_tokens import router as agent_tokens_router
 from tether.hub.api.routes_agents import router as agents_router
+from tether.hub.api.routes_gitlab_compat import router as gitlab_compat_router
 from tether.hub.api.routes_groups import router as groups_router
 from tether.hub.api.routes_internal import router as internal_router
+from tether.hub.api.routes_internal_upstream import router as internal_upstream_router
 from tether.hub.api.routes_members import router as members_router
 from tether.hub.api.routes_projects import router as projects_router
 from tether.hub.api.routes_sessions import router as sessions_router
 from tether.hub.api.routes_users import router as users_router
+from tether.hub.api.routes_workspaces_internal import router as workspaces_internal_router
 from tether.hub.api.state import HubState
+from tether.hub.api.throttle import FailedAuthThrottle
 from tether.hub.config import HubConfig
+from tether.hub.console import routes as console
 from tether.hub.db.engine import Database
 from tether.hub.db.migrate import ensure_current
+from tether.hub.gitaly import GitalyServer
 from tether.hub.kas_client import KasApiClient
+from tether.hub.secrets_file import gitaly_token
+from tether.hub.workspaces.graphql import router as graphql_router
 from tether.tool.secrets import load_base64_secret
 
 log = logging.getLogger(__name__)
@@ -64,13 +74,28 @@ def create_app(config: HubConfig, gitlab_secret: bytes) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         db = Database(config.database_url)
         kas = None
+        gitaly = None
         try:
             await ensure_current(db.engine, config.database.auto_migrate)
             kas = _kas_client(config)
-            app.state.hub = HubState(config=config, db=db, gitlab_secret=gitlab_secret, kas=kas)
+            token = ""
+            if config.gitaly.listen is not None:
+                token = gitaly_token(config)
+                gitaly = GitalyServer(db, token, config.gitaly.listen)
+                await gitaly.start()
+            app.state.hub = HubState(
+                config=config,
+                db=db,
+                gitlab_secret=gitlab_secret,
+                kas=kas,
+                throttle=FailedAuthThrottle(config.security.failed_auth_per_source_per_minute),
+                gitaly_token=token,
+            )
             log.info("hub ready on %s (database: %s)", config.listen, db.backend)
             yield
         finally:
+            if gitaly is not None:
+                await gitaly.stop()
             if kas is not None:
                 await kas.close()
             await db.close()
@@ -91,6 +116,9 @@ def create_app(config: HubConfig, gitlab_secret: bytes) -> FastAPI:
         agents_router,
         agent_tokens_router,
         agent_config_router,
+        workspaces_internal_router,  # before internal_router: its catch-all would answer 404
+        gitlab_compat_router,
+        internal_upstream_router,  # before internal_router, whose catch-all answers unknown internal paths
         internal_router,
     ):
         api.include_router(router)
@@ -101,12 +129,19 @@ def create_app(config: HubConfig, gitlab_secret: bytes) -> FastAPI:
         return {"version": __version__, "revision": "tether"}
 
     app.include_router(api)
+    app.include_router(graphql_router())
     app.include_router(sessions_router)
+    console.install(app)
 
     @app.get("/-/health", tags=["meta"], summary="Liveness")
     async def health() -> dict[str, str]:
         """200 while the process serves requests."""
         return {"status": "ok"}
+
+    @app.get("/-/metrics", tags=["meta"], summary="Prometheus metrics", response_class=PlainTextResponse)
+    async def metrics() -> PlainTextResponse:
+        """Process metrics, e.g. ``tether_rate_limited_total{limit="hub_auth_failures"}`` (counts only)."""
+        return PlainTextResponse(generate_latest(REGISTRY).decode(), media_type=CONTENT_TYPE_LATEST)
 
     app.add_middleware(FormBodyMiddleware)
     app.add_middleware(KasJwtMiddleware)

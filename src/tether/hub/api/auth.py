@@ -1,8 +1,9 @@
 """REST authentication: a personal access token in ``PRIVATE-TOKEN`` or ``Authorization: Bearer`` (GitLab).
 
 Reads need scope ``api`` or ``read_api``; writes need ``api``; a ``k8s_proxy``-only token has no REST access
-(GitLab "Personal access token scopes"). The ``private_token`` query parameter GitLab also accepts is not
-supported: tokens in URLs end up in logs.
+(GitLab "Personal access token scopes") except what GitLab allows any valid token: reading its own metadata
+(``/personal_access_tokens/self``) and the instance metadata (``/metadata``). The ``private_token`` query
+parameter GitLab also accepts is not supported: tokens in URLs end up in logs.
 """
 
 from __future__ import annotations
@@ -30,12 +31,19 @@ async def authenticated(
 
     Raises:
         Unauthorized: no token, or an unknown, revoked or expired one.
+        TooManyRequests: this client address failed too often (``api/throttle.py``).
     """
     token = private_token or (bearer.credentials if bearer is not None else None)
     if not token:
         raise Unauthorized()
-    async with hub_state(request).db.transaction() as session:
-        return await users.authenticate(session, token)
+    state = hub_state(request)
+    await state.throttle.check(request)
+    try:
+        async with state.db.transaction() as session:
+            return await users.authenticate(session, token)
+    except Unauthorized:
+        await state.throttle.failed(request)
+        raise
 
 
 def _reader(principal: Annotated[Principal, Depends(authenticated)]) -> Principal:
@@ -56,6 +64,8 @@ def _admin_writer(principal: Annotated[Principal, Depends(_writer)]) -> Principa
     return principal
 
 
+#: A principal with a valid token of any scope (``GET /personal_access_tokens/self``, ``GET /metadata``).
+Authenticated = Annotated[Principal, Depends(authenticated)]
 #: A principal whose token may read (``api`` or ``read_api``).
 Reader = Annotated[Principal, Depends(_reader)]
 #: A principal whose token may write (``api``).

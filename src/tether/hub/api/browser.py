@@ -82,8 +82,10 @@ def is_form(request: Request) -> bool:
     return request.headers.get("content-type", "").split(";")[0].strip().lower() == FORM_CONTENT_TYPE
 
 
-async def read_form(request: Request) -> dict[str, str]:
-    """The fields of a form-encoded body (at most 16 KiB); a repeated field keeps its last value.
+async def read_form(request: Request, max_bytes: int = _MAX_FORM_BYTES) -> dict[str, str]:
+    """The fields of a form-encoded body (at most ``max_bytes``, 16 KiB by default).
+
+    A repeated field keeps its last value.
 
     Raises:
         BadRequest: another content type, or a body over the limit.
@@ -93,6 +95,6 @@ async def read_form(request: Request) -> dict[str, str]:
     body = b""
     async for chunk in request.stream():
         body += chunk
-        if len(body) > _MAX_FORM_BYTES:
-            raise BadRequest("400 Bad request - the form is larger than 16 KiB")
+        if len(body) > max_bytes:
+            raise BadRequest(f"400 Bad request - the form is larger than {max_bytes // 1024} KiB")
     return dict(parse_qsl(body.decode(errors="replace"), keep_blank_values=True))

@@ -43,3 +43,22 @@ async def agent_connections(state: HubState, agent_id: int) -> tuple[list[Connec
         return [], f"kas unavailable: {exc.code().name}: {exc.details()}"
     connections = sorted((connection_out(i) for i in infos), key=lambda c: c.connection_id)
     return connections, None
+
+
+async def announce_revoked_tokens(state: HubState, agent_id: int, digests_hex: list[str]) -> None:
+    """Tell kas that these agent tokens were revoked, so every kas closes what they opened (issue 9 item 7).
+
+    Best effort after the database change is committed: without kas (not configured, down) kas still refuses
+    the tokens once its ``info_cache_ttl`` passes.
+    """
+    if state.kas is None or not digests_hex:
+        return
+    try:
+        await state.kas.revoke_agent_tokens(agent_id, digests_hex, timeout_s=state.config.kas.timeout)
+    except grpc.aio.AioRpcError as exc:
+        log.warning(
+            "kas api: announcing %d revoked token(s) of agent %d failed: %s; kas refuses them after its cache TTL",
+            len(digests_hex),
+            agent_id,
+            exc.code().name,
+        )

@@ -46,7 +46,7 @@ def describe_validation_errors(errors: Sequence[Mapping[str, Any]]) -> str:
 
 async def _hub_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HubError)
-    return JSONResponse(exc.body(), status_code=exc.status)
+    return JSONResponse(exc.body(), status_code=exc.status, headers=dict(exc.headers) or None)
 
 
 async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:

@@ -13,6 +13,7 @@ from tether.hub.api.auth import Reader, Writer
 from tether.hub.api.deps import State, ref
 from tether.hub.api.schemas_out import ConfigurationOut, configuration_out
 from tether.hub.errors import BadRequest
+from tether.hub.ids import RowId
 from tether.hub.roles import Role
 from tether.hub.service import agents
 from tether.hub.service.paths import find_project
@@ -29,7 +30,7 @@ _YAML_BODY = {
 
 
 @router.get(_PATH, summary="Get an agent's configuration file")
-async def get_configuration(state: State, principal: Reader, project_id: str, agent_id: int) -> ConfigurationOut:
+async def get_configuration(state: State, principal: Reader, project_id: str, agent_id: RowId) -> ConfigurationOut:
     """Developer or above. Version 0 and empty content before any configuration was set."""
     async with state.db.transaction() as session:
         project = await find_project(session, ref(project_id))
@@ -39,7 +40,7 @@ async def get_configuration(state: State, principal: Reader, project_id: str, ag
 
 @router.put(_PATH, summary="Set an agent's configuration file", openapi_extra=_YAML_BODY)
 async def put_configuration(
-    request: Request, state: State, principal: Writer, project_id: str, agent_id: int
+    request: Request, state: State, principal: Writer, project_id: str, agent_id: RowId
 ) -> ConfigurationOut:
     """Maintainer or above. 400 naming the field when the YAML is invalid; nothing is stored then."""
     raw = b""

@@ -5,10 +5,12 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 
 from tether.hub.api.auth import Reader, Writer
+from tether.hub.api.connections import announce_revoked_tokens
 from tether.hub.api.deps import Paging, State, ref
 from tether.hub.api.pagination import fetch_page, set_headers
 from tether.hub.api.schemas_in import AgentTokenCreate
 from tether.hub.api.schemas_out import AgentTokenCreated, AgentTokenOut, agent_token_out
+from tether.hub.ids import RowId
 from tether.hub.roles import Role
 from tether.hub.service import agents
 from tether.hub.service.paths import find_project
@@ -25,7 +27,7 @@ async def list_tokens(
     principal: Reader,
     paging: Paging,
     project_id: str,
-    agent_id: int,
+    agent_id: RowId,
 ) -> list[AgentTokenOut]:
     """Developer or above; revoked tokens are not listed."""
     async with state.db.transaction() as session:
@@ -37,7 +39,9 @@ async def list_tokens(
 
 
 @router.get(_BASE + "/{token_id}", summary="Get an agent token")
-async def get_token(state: State, principal: Reader, project_id: str, agent_id: int, token_id: int) -> AgentTokenOut:
+async def get_token(
+    state: State, principal: Reader, project_id: str, agent_id: RowId, token_id: RowId
+) -> AgentTokenOut:
     """Developer or above; 404 for a revoked token."""
     async with state.db.transaction() as session:
         project = await find_project(session, ref(project_id))
@@ -47,7 +51,7 @@ async def get_token(state: State, principal: Reader, project_id: str, agent_id: 
 
 @router.post(_BASE, status_code=201, summary="Create an agent token")
 async def create_token(
-    state: State, principal: Writer, project_id: str, agent_id: int, body: AgentTokenCreate
+    state: State, principal: Writer, project_id: str, agent_id: RowId, body: AgentTokenCreate
 ) -> AgentTokenCreated:
     """Maintainer or above. The answer holds the plain ``token``: it is shown only this once."""
     async with state.db.transaction() as session:
@@ -58,10 +62,13 @@ async def create_token(
 
 
 @router.delete(_BASE + "/{token_id}", status_code=204, summary="Revoke an agent token")
-async def revoke_token(state: State, principal: Writer, project_id: str, agent_id: int, token_id: int) -> Response:
+async def revoke_token(state: State, principal: Writer, project_id: str, agent_id: RowId, token_id: RowId) -> Response:
     """Maintainer or above. kas refuses the token from its next authentication on."""
     async with state.db.transaction() as session:
         project = await find_project(session, ref(project_id))
         agent = await agents.get_agent(session, principal, project, agent_id, Role.MAINTAINER)
-        agents.revoke_token(await agents.get_token(session, agent, token_id))
+        token = await agents.get_token(session, agent, token_id)
+        agents.revoke_token(token)
+        digest = token.token_digest
+    await announce_revoked_tokens(state, agent_id, [digest])
     return Response(status_code=204)

@@ -5,11 +5,12 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 
 from tether.hub.api.auth import Reader, Writer
-from tether.hub.api.connections import agent_connections
+from tether.hub.api.connections import agent_connections, announce_revoked_tokens
 from tether.hub.api.deps import Paging, State, ref
 from tether.hub.api.pagination import fetch_page, set_headers
 from tether.hub.api.schemas_in import AgentCreate
 from tether.hub.api.schemas_out import AgentDetailOut, AgentOut, agent_out
+from tether.hub.ids import RowId
 from tether.hub.roles import Role
 from tether.hub.service import agents
 from tether.hub.service.paths import find_project
@@ -31,7 +32,7 @@ async def list_agents(
 
 
 @router.get("/projects/{project_id}/cluster_agents/{agent_id}", summary="Get an agent and its live connections")
-async def get_agent(state: State, principal: Reader, project_id: str, agent_id: int) -> AgentDetailOut:
+async def get_agent(state: State, principal: Reader, project_id: str, agent_id: RowId) -> AgentDetailOut:
     """Developer or above.
 
     ``connections`` come from kas; when kas cannot be asked the list is empty and ``connections_error`` says why.
@@ -53,10 +54,12 @@ async def create_agent(state: State, principal: Writer, project_id: str, body: A
 
 
 @router.delete("/projects/{project_id}/cluster_agents/{agent_id}", status_code=204, summary="Delete an agent")
-async def delete_agent(state: State, principal: Writer, project_id: str, agent_id: int) -> Response:
+async def delete_agent(state: State, principal: Writer, project_id: str, agent_id: RowId) -> Response:
     """Maintainer or above; the agent's tokens stop working."""
     async with state.db.transaction() as session:
         project = await find_project(session, ref(project_id))
         agent = await agents.get_agent(session, principal, project, agent_id, Role.MAINTAINER)
+        digests = [t.token_digest for t in await session.scalars(agents.active_tokens_query(agent))]
         await agents.delete_agent(session, agent)
+    await announce_revoked_tokens(state, agent_id, digests)
     return Response(status_code=204)

@@ -15,6 +15,7 @@ from tether.hub.api.internal_auth import JWT_HEADER, check_kas_jwt
 from tether.hub.api.schemas_in import AuthorizeProxyUser
 from tether.hub.api.state import hub_state
 from tether.hub.errors import NotFound, Unauthorized
+from tether.hub.gitaly import repository_for
 from tether.hub.service import agents, internal
 
 AGENT_TOKEN_HEADER = "Gitlab-Agent-Api-Request"
@@ -63,15 +64,20 @@ AgentToken = Annotated[str, Depends(agent_token)]
 
 @router.get("/kubernetes/agent_info", summary="Who an agent token belongs to")
 async def agent_info(request: Request, token: AgentToken) -> dict[str, Any]:
-    """``GetAgentInfoResponse`` JSON; 401 for an unknown or revoked token. Notes the token's ``last_used_at``."""
-    async with hub_state(request).db.transaction() as session:
+    """``GetAgentInfoResponse`` JSON; 401 for an unknown or revoked token. Notes the token's ``last_used_at``.
+
+    ``gitaly_info`` and ``gitaly_repository`` are well-formed (upstream kas refuses empty ones): they name the
+    hub's Gitaly-compatible configuration service and the project as that service knows it (docs/interop.md).
+    """
+    state = hub_state(request)
+    async with state.db.transaction() as session:
         owner = await internal.agent_for_token(session, token)
     return {
         "project_id": owner.project.id,
         "agent_id": owner.agent.id,
         "agent_name": owner.agent.name,
-        "gitaly_info": {},
-        "gitaly_repository": {},
+        "gitaly_info": {"address": state.config.gitaly_address, "token": state.gitaly_token, "features": {}},
+        "gitaly_repository": repository_for(owner.project),
         "default_branch": owner.project.default_branch,
     }
 

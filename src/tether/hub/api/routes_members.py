@@ -18,6 +18,7 @@ from tether.hub.api.pagination import set_headers, slice_page
 from tether.hub.api.schemas_in import MemberCreate, MemberUpdate
 from tether.hub.api.schemas_out import MemberOut, member_out
 from tether.hub.errors import NotFound
+from tether.hub.ids import RowId
 from tether.hub.service import members
 from tether.hub.service.paths import find_group, find_project
 
@@ -88,7 +89,7 @@ def _register(source: _Source) -> None:
         set_headers(request, response, paging, total)
         return [member_out(m, state.config.base_url) for m in items]
 
-    async def get_one(state: State, principal: Reader, source_id: str, user_id: int) -> MemberOut:
+    async def get_one(state: State, principal: Reader, source_id: str, user_id: RowId) -> MemberOut:
         """One direct member."""
         async with state.db.transaction() as session:
             found = await source.list_members(session, principal, await source.find(session, ref(source_id)))
@@ -106,7 +107,7 @@ def _register(source: _Source) -> None:
             )
             return member_out(member, state.config.base_url)
 
-    async def update(state: State, principal: Writer, source_id: str, user_id: int, body: MemberUpdate) -> MemberOut:
+    async def update(state: State, principal: Writer, source_id: str, user_id: RowId, body: MemberUpdate) -> MemberOut:
         """Maintainer or above."""
         async with state.db.transaction() as session:
             found_source = await source.find(session, ref(source_id))
@@ -115,7 +116,7 @@ def _register(source: _Source) -> None:
             )
             return member_out(member, state.config.base_url)
 
-    async def remove(state: State, principal: Writer, source_id: str, user_id: int) -> Response:
+    async def remove(state: State, principal: Writer, source_id: str, user_id: RowId) -> Response:
         """Maintainer or above (anyone may remove themselves)."""
         async with state.db.transaction() as session:
             await source.remove(session, principal, await source.find(session, ref(source_id)), user_id)

@@ -26,7 +26,7 @@ from tether.hub.api.browser import (
     set_session_cookies,
 )
 from tether.hub.api.deps import State
-from tether.hub.errors import Forbidden, Unauthorized
+from tether.hub.errors import Forbidden, TooManyRequests, Unauthorized
 from tether.hub.service import sessions
 
 router = APIRouter(prefix="/users", tags=["browser sessions"])
@@ -67,7 +67,7 @@ async def sign_in(request: Request, state: State, session_id: SessionCookie = No
 
     200: the signed-in page, with ``Set-Cookie`` for ``_gitlab_session`` and ``_gitlab_kas``; a session this
     browser already had is ended. 401: the form again with ``Invalid login or token.``; 400: a field is empty or
-    the body is not a form; 403: posted from another origin.
+    the body is not a form; 403: posted from another origin; 429: too many failed sign-ins from this address.
     """
     check_same_origin(request, state.config)
     form = await read_form(request)
@@ -76,12 +76,19 @@ async def sign_in(request: Request, state: State, session_id: SessionCookie = No
         html = session_pages.sign_in_form(error="Enter your username and a personal access token.", login=login)
         return session_pages.page(html, 400)
     try:
+        await state.throttle.check(request)
+    except TooManyRequests as exc:
+        page = session_pages.page(session_pages.sign_in_form(error=str(exc), login=login), 429)
+        page.headers.update(exc.headers)
+        return page
+    try:
         async with state.db.transaction() as session:
             previous = await _live(session, session_id)
             if previous is not None:
                 await sessions.sign_out(session, previous)
             active = await sessions.sign_in(session, login, token, state.config.sessions.lifetime)
     except Unauthorized as exc:
+        await state.throttle.failed(request)
         return session_pages.page(session_pages.sign_in_form(error=str(exc), login=login), 401)
     response = session_pages.page(
         session_pages.signed_in(active.user.username, active.csrf_token, active.row.expires_at)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
-from tether.hub.api.auth import AdminWriter, Reader, Writer
+from tether.hub.api.auth import AdminWriter, Authenticated, Reader, Writer
 from tether.hub.api.deps import Paging, State, ref
 from tether.hub.api.pagination import fetch_page, set_headers
 from tether.hub.api.schemas_in import PersonalAccessTokenCreate, UserCreate
 from tether.hub.api.schemas_out import PersonalAccessTokenCreated, PersonalAccessTokenOut, UserOut, pat_out, user_out
 from tether.hub.errors import NotFound
+from tether.hub.ids import RowId
 from tether.hub.service import users
 from tether.hub.service.principal import SCOPE_K8S_PROXY
 
@@ -96,7 +97,7 @@ async def create_own_token(
 
 @router.get("/personal_access_tokens", summary="List personal access tokens")
 async def list_tokens(
-    request: Request, response: Response, state: State, principal: Reader, paging: Paging, user_id: int | None = None
+    request: Request, response: Response, state: State, principal: Reader, paging: Paging, user_id: RowId | None = None
 ) -> list[PersonalAccessTokenOut]:
     """Your tokens; administrators see everyone's, or one user's with ``user_id``."""
     async with state.db.transaction() as session:
@@ -106,8 +107,8 @@ async def list_tokens(
 
 
 @router.get("/personal_access_tokens/self", summary="The token used for this request")
-async def get_self_token(state: State, principal: Reader) -> PersonalAccessTokenOut:
-    """Metadata of the calling token."""
+async def get_self_token(state: State, principal: Authenticated) -> PersonalAccessTokenOut:
+    """Metadata of the calling token; any scope may read it (glab's ``get-token --check-revoked`` uses it)."""
     if principal.token_id is None:
         raise NotFound("Personal Access Token")
     async with state.db.transaction() as session:
@@ -115,7 +116,7 @@ async def get_self_token(state: State, principal: Reader) -> PersonalAccessToken
 
 
 @router.get("/personal_access_tokens/{token_id}", summary="Get a personal access token")
-async def get_token(state: State, principal: Reader, token_id: int) -> PersonalAccessTokenOut:
+async def get_token(state: State, principal: Reader, token_id: RowId) -> PersonalAccessTokenOut:
     """One of your tokens (administrators: any)."""
     async with state.db.transaction() as session:
         return pat_out(await users.get_personal_access_token(session, principal, token_id))
@@ -134,7 +135,7 @@ async def revoke_self_token(state: State, principal: Writer) -> Response:
 
 
 @router.delete("/personal_access_tokens/{token_id}", status_code=204, summary="Revoke a personal access token")
-async def revoke_token(state: State, principal: Writer, token_id: int) -> Response:
+async def revoke_token(state: State, principal: Writer, token_id: RowId) -> Response:
     """Revoke one of your tokens (administrators: any)."""
     async with state.db.transaction() as session:
         users.revoke_personal_access_token(await users.get_personal_access_token(session, principal, token_id))

@@ -6,6 +6,8 @@ from datetime import date
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tether.hub.ids import RowId
+
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -34,7 +36,7 @@ class GroupCreate(_Body):
 
     name: str
     path: str
-    parent_id: int | None = Field(default=None, description="Parent group id, for a subgroup.")
+    parent_id: RowId | None = Field(default=None, description="Parent group id, for a subgroup.")
     description: str = ""
 
 
@@ -43,7 +45,7 @@ class ProjectCreate(_Body):
 
     name: str | None = None
     path: str | None = None
-    namespace_id: int | str | None = Field(
+    namespace_id: RowId | str | None = Field(
         default=None, description="Group or user namespace (id or full path); default: your personal namespace."
     )
     description: str = ""
@@ -53,7 +55,7 @@ class ProjectCreate(_Body):
 class MemberCreate(_Body):
     """``POST /projects/:id/members`` and ``POST /groups/:id/members``."""
 
-    user_id: int | str = Field(description="User id or username.")
+    user_id: RowId | str = Field(description="User id or username.")
     access_level: int = Field(description="10 Guest, 20 Reporter, 30 Developer, 40 Maintainer, 50 Owner.")
     expires_at: date | None = None
 
@@ -81,7 +83,7 @@ class AgentTokenCreate(_Body):
 class AuthorizeProxyUser(_Body):
     """``POST /api/v4/internal/kubernetes/authorize_proxy_user`` (kas.md §4.5)."""
 
-    agent_id: int
+    agent_id: RowId
     access_type: str = Field(description="personal_access_token or session_cookie.")
     access_key: str = Field(description="The personal access token, or the _gitlab_kas cookie value.")
     csrf_token: str = Field(default="", description="The session's CSRF token (session_cookie only).")

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from fastapi import Request
 
+from tether.hub.api.throttle import FailedAuthThrottle
 from tether.hub.config import HubConfig
 from tether.hub.db.engine import Database
 from tether.hub.kas_client import KasApiClient
@@ -20,12 +21,16 @@ class HubState:
         db: the database.
         gitlab_secret: the internal API JWT secret (32 bytes).
         kas: the client of kas' api listener, or None when ``kas.api_address`` is not configured.
+        gitaly_token: the token of the Gitaly-compatible service, sent to kas in ``agent_info``.
+        throttle: failed authentications per client address.
     """
 
     config: HubConfig
     db: Database
     gitlab_secret: bytes
     kas: KasApiClient | None
+    throttle: FailedAuthThrottle
+    gitaly_token: str = ""
 
 
 def hub_state(request: Request) -> HubState:

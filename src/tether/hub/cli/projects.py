@@ -13,6 +13,7 @@ from tether.hub.roles import parse_role
 from tether.hub.service import groups, members, projects
 from tether.hub.service.paths import find_group, find_project
 from tether.hub.service.principal import Principal
+from tether.tool.ids import is_ascii_number
 
 
 def _split(full_path: str) -> tuple[str | None, str]:
@@ -111,7 +112,7 @@ def member_add(hub: HubContext, target: str, username: str, role: str) -> None:
     async def work(session: AsyncSession, op: Principal) -> str:
         project = await session.scalar(select(Project).where(Project.full_path == target))
         if project is None:
-            project = await find_project(session, target) if target.isdigit() else None
+            project = await find_project(session, target) if is_ascii_number(target) else None
         if project is not None:
             await members.add_project_member(session, op, project, username, level)
             return f"project {project.full_path}"

@@ -7,6 +7,7 @@ from tether.hub.db.base import Base
 from tether.hub.db.namespaces import GroupMember, Namespace, Project, ProjectMember
 from tether.hub.db.sessions import UserSession
 from tether.hub.db.users import PersonalAccessToken, User
+from tether.hub.db.workspaces import Workspace, WorkspacesAgentConfig
 
 __all__ = [
     "AgentConfiguration",
@@ -20,4 +21,6 @@ __all__ = [
     "ProjectMember",
     "User",
     "UserSession",
+    "Workspace",
+    "WorkspacesAgentConfig",
 ]

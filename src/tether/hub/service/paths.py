@@ -11,6 +11,7 @@ from sqlalchemy.orm import InstrumentedAttribute
 
 from tether.hub.db.namespaces import KIND_GROUP, Namespace, Project
 from tether.hub.errors import NotFound
+from tether.tool.ids import is_ascii_number, parse_id
 
 
 def is_under(
@@ -37,8 +38,9 @@ async def find_project(session: AsyncSession, ref: str | int) -> Project:
     Raises:
         NotFound: ``404 Project Not Found``.
     """
-    if isinstance(ref, int) or ref.isdigit():
-        project = await session.get(Project, int(ref))
+    if isinstance(ref, int) or is_ascii_number(ref):
+        row_id = parse_id(ref)
+        project = await session.get(Project, row_id) if row_id is not None else None
     else:
         project = await session.scalar(select(Project).where(func.lower(Project.full_path) == ref.lower()))
     if project is None:
@@ -52,8 +54,9 @@ async def find_namespace(session: AsyncSession, ref: str | int) -> Namespace:
     Raises:
         NotFound: ``404 Namespace Not Found``.
     """
-    if isinstance(ref, int) or ref.isdigit():
-        namespace = await session.get(Namespace, int(ref))
+    if isinstance(ref, int) or is_ascii_number(ref):
+        row_id = parse_id(ref)
+        namespace = await session.get(Namespace, row_id) if row_id is not None else None
     else:
         namespace = await session.scalar(select(Namespace).where(func.lower(Namespace.full_path) == ref.lower()))
     if namespace is None:

@@ -13,10 +13,11 @@ from tether.hub import tokens
 from tether.hub.db.namespaces import KIND_USER, Namespace
 from tether.hub.db.types import utcnow
 from tether.hub.db.users import PersonalAccessToken, User
-from tether.hub.errors import BadRequest, Conflict, NotFound, Unauthorized
+from tether.hub.errors import BadRequest, Conflict, InvalidToken, NotFound, Unauthorized
 from tether.hub.service.paths import path_taken
 from tether.hub.service.principal import SCOPES, Principal
 from tether.hub.validation import check_name, check_path
+from tether.tool.ids import is_ascii_number, parse_id
 
 log = logging.getLogger(__name__)
 #: ``last_used_at`` is written at most this often per token, so authentication stays mostly read-only.
@@ -67,8 +68,9 @@ async def get_user(session: AsyncSession, ref: str | int) -> User:
     Raises:
         NotFound: ``404 User Not Found``.
     """
-    if isinstance(ref, int) or ref.isdigit():
-        user = await session.get(User, int(ref))
+    if isinstance(ref, int) or is_ascii_number(ref):
+        row_id = parse_id(ref)
+        user = await session.get(User, row_id) if row_id is not None else None
     else:
         user = await session.scalar(select(User).where(User.username == ref))
     if user is None:
@@ -166,13 +168,16 @@ async def active_token(session: AsyncSession, plain: str) -> tuple[PersonalAcces
     """Find the active personal access token ``plain`` (looked up by digest) and its active user.
 
     Raises:
-        Unauthorized: unknown, revoked or expired token, or a blocked user.
+        InvalidToken: revoked or expired token (GitLab's ``invalid_token`` body).
+        Unauthorized: unknown token, or a blocked user.
     """
     row = await session.scalar(
         select(PersonalAccessToken).where(PersonalAccessToken.token_digest == tokens.digest(plain))
     )
-    if row is None or not token_active(row):
+    if row is None:
         raise Unauthorized()
+    if not token_active(row):
+        raise InvalidToken(InvalidToken.REVOKED if row.revoked else InvalidToken.EXPIRED)
     user = await session.get_one(User, row.user_id)
     if user.state != "active":
         raise Unauthorized("401 Unauthorized - user is blocked")

@@ -1,8 +1,9 @@
 """agentk's configuration watcher: one long ``GetConfiguration`` stream to kas (kas.md §6.2-6.3).
 
-Unlike upstream (``skip_register = true`` plus a separate registrar), Tether sends
-``skip_register = false``: this stream *is* the connection kas tracks (seed 000 "agentk only ever has at
-most one GetConfiguration() streaming request running and that is what kas cares about").
+Like upstream agentk 16.x, the stream is opened with ``skip_register = true`` and the pod registers itself
+through ``AgentRegistrar.Register`` (:mod:`tether.modules.agent_registrar.agent`), so Tether agentk and
+upstream kas understand each other; ``skip_register = false`` (the stream *is* the tracked connection, seed 000)
+stays available for callers that want it.
 """
 
 from __future__ import annotations
@@ -85,6 +86,9 @@ class ConfigurationWatcher:
         on_configuration: called (synchronously) with each accepted ``AgentConfiguration``.
         metadata: per-RPC metadata, ``authorization: Bearer <token>`` plus ``--kas-header`` pairs.
         backoff: delays after failures; defaults to :func:`watch_backoff`.
+        skip_register: sent as ``skip_register``; True when the pod registers through ``AgentRegistrar``.
+        on_stream_end: called after each stream ended, before the next one is opened (the registrar re-registers
+            through the kas the next stream reaches).
     """
 
     def __init__(
@@ -95,8 +99,12 @@ class ConfigurationWatcher:
         *,
         metadata: Metadata = (),
         backoff: Backoff | None = None,
+        skip_register: bool = True,
+        on_stream_end: Callable[[], None] | None = None,
     ) -> None:
         self._stub = rpc_pb2_grpc.AgentConfigurationStub(channel)
+        self._skip_register = skip_register
+        self._on_stream_end = on_stream_end
         self._agent_meta = agent_meta
         self._on_configuration = on_configuration
         self._metadata = metadata
@@ -125,7 +133,10 @@ class ConfigurationWatcher:
         loop = asyncio.get_running_loop()
         while True:
             started = loop.time()
-            if await self._watch_once():
+            ended_cleanly = await self._watch_once()
+            if self._on_stream_end is not None:
+                self._on_stream_end()
+            if ended_cleanly:
                 continue
             # A stream that was up for a while and then broke (e.g. its kas died) retries at once, to
             # another kas; only quick repeated failures back off.
@@ -137,7 +148,7 @@ class ConfigurationWatcher:
     async def _watch_once(self) -> bool:
         """One stream; True when it ended cleanly (reconnect at once), False after a failure (back off)."""
         request = rpc_pb2.ConfigurationRequest(
-            commit_id=self._commit_id, agent_meta=self._agent_meta, skip_register=False
+            commit_id=self._commit_id, agent_meta=self._agent_meta, skip_register=self._skip_register
         )
         call = self._stub.GetConfiguration(request, metadata=self._metadata, wait_for_ready=True)
         try:

@@ -110,12 +110,27 @@ class AgentConfigurationServicer(rpc_pb2_grpc.AgentConfigurationServicer):
         if not request.skip_register:
             await self._tracker.register_connection(info)
         try:
-            await self._stream(request.commit_id, agent, token, context)
+            with self._auth.hold(context.invocation_metadata()):  # a revoked token's stream is cancelled
+                await self._stream(request.commit_id, agent, token, context)
+        except AuthError as exc:
+            await self._forget_connections(agent)
+            await context.abort(exc.code, exc.message)
         finally:
             if not request.skip_register:
                 # The registration must go even when the stream was cancelled.
                 with contextlib.suppress(Exception):
                     await asyncio.shield(self._tracker.unregister_connection(info))
+
+    async def _forget_connections(self, agent: AgentInfo) -> None:
+        # The token was revoked or the agent deleted: its pods' Register entries (which only expire) go now,
+        # so the hub stops listing them at once, as it does for stream registrations.
+        try:
+            removed = await self._tracker.unregister_agent(agent.agent_id)
+        except Exception:
+            log.exception("removing the connections of a refused agent failed", extra={"agent_id": agent.agent_id})
+            return
+        if removed:
+            log.info("removed %d connections of a refused agent", removed, extra={"agent_id": agent.agent_id})
 
     async def _stream(self, last_commit: str, agent: AgentInfo, token: str, context: Any) -> None:
         loop = asyncio.get_running_loop()
@@ -133,6 +148,7 @@ class AgentConfigurationServicer(rpc_pb2_grpc.AgentConfigurationServicer):
             except GitlabClientError as exc:
                 if exc.status_code in _FATAL:
                     self._auth.forget(token)
+                    await self._forget_connections(agent)
                     await context.abort(_FATAL[exc.status_code], f"agent configuration: {exc.reason}")
                 log.warning("agent configuration fetch failed: %s", exc, extra={"agent_id": agent.agent_id})
                 wait_s = backoff.next_delay()

@@ -2,12 +2,20 @@
 
 Authenticates the agent, requires the descriptor as the first message, then hands the stream to the
 tunnel registry and ends the RPC with the status the tunnel finished with.
+
+Tunnels are capped per agent and per connection (the caller's address, one per HTTP/2 connection); a tunnel
+beyond either cap is refused with ``RESOURCE_EXHAUSTED`` naming the limit (issue 9 item 7: one token held
+2,480 tunnels). agentk backs off and retries, by then a tunnel may have ended.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import random
+from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -22,6 +30,13 @@ from tether.tunnel.server.tunnel import ConnectContext, Tunnel
 
 log = logging.getLogger(__name__)
 
+#: agentk sends its descriptor at once; a peer that stalls before it is cut (issue 9 item 5).
+DESCRIPTOR_TIMEOUT_S = 10.0
+
+
+class _TooManyTunnels(Exception):
+    """A tunnel beyond a cap; the message names the limit."""
+
 
 class ReverseTunnelServicer(rpc_pb2_grpc.ReverseTunnelServicer):
     """Serves ``/gitlab.agent.reverse_tunnel.rpc.ReverseTunnel/Connect``.
@@ -33,18 +48,61 @@ class ReverseTunnelServicer(rpc_pb2_grpc.ReverseTunnelServicer):
             agentk moves to a fresh connection before load balancers cut it (kas.md §8.3).
     """
 
-    def __init__(self, registry: TunnelRegistry, auth: AgentAuthenticator, max_connection_age_s: float) -> None:
+    def __init__(
+        self,
+        registry: TunnelRegistry,
+        auth: AgentAuthenticator,
+        max_connection_age_s: float,
+        max_per_agent: int = 2000,
+        max_per_connection: int = 500,
+    ) -> None:
         self._registry = registry
         self._auth = auth
         self._max_age_s = max_connection_age_s
+        self._max_per_agent = max_per_agent
+        self._max_per_connection = max_per_connection
+        self._per_agent: Counter[int] = Counter()
+        self._per_connection: Counter[str] = Counter()
 
     async def Connect(self, request_iterator: Any, context: ConnectContext) -> None:  # type: ignore[override]
         """Handle one tunnel for its whole life; see the module docstring."""
         try:
             agent = await self._auth.authenticate(context.invocation_metadata())
+            with self._auth.hold(context.invocation_metadata()):  # a revoked token's tunnels are cancelled
+                await self._serve(agent.agent_id, context)
         except AuthError as exc:
             await exc.abort(context)
-        first: Any = await context.read()
+        except _TooManyTunnels as exc:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+
+    @contextlib.contextmanager
+    def _count(self, agent_id: int, peer: str) -> Iterator[None]:
+        if self._per_connection[peer] >= self._max_per_connection:
+            raise _TooManyTunnels(
+                f"this connection holds {self._per_connection[peer]} tunnels of agent {agent_id}, the most kas "
+                f"accepts (agent.listen.max_tunnels_per_connection)"
+            )
+        if self._per_agent[agent_id] >= self._max_per_agent:
+            raise _TooManyTunnels(
+                f"agent {agent_id} holds {self._per_agent[agent_id]} tunnels on this kas, the most it accepts "
+                f"(agent.listen.max_tunnels_per_agent)"
+            )
+        self._per_agent[agent_id] += 1
+        self._per_connection[peer] += 1
+        try:
+            yield
+        finally:
+            self._per_agent -= Counter({agent_id: 1})  # Counter subtraction drops keys that reach 0
+            self._per_connection -= Counter({peer: 1})
+
+    async def _serve(self, agent_id: int, context: ConnectContext) -> None:
+        try:
+            first: Any = await asyncio.wait_for(context.read(), DESCRIPTOR_TIMEOUT_S)
+        except TimeoutError:
+            await context.abort(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"no descriptor within {DESCRIPTOR_TIMEOUT_S:g} s of opening the tunnel",
+            )
         if first is grpc.aio.EOF:
             return
         try:
@@ -54,9 +112,11 @@ class ReverseTunnelServicer(rpc_pb2_grpc.ReverseTunnelServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"invalid tunnel stream: {exc}")
         if not first.descriptor.agent_descriptor.services:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "descriptor advertises no services")
-        tunnel = Tunnel(agent.agent_id, first.descriptor.agent_descriptor, context)
+        tunnel = Tunnel(agent_id, first.descriptor.agent_descriptor, context)
         age_s = self._max_age_s * random.uniform(0.95, 1.0)
-        status = await self._registry.handle_tunnel(tunnel, age_s)
+        # Counted once the descriptor is read: a refusal then reaches agentk as its status, not as a failed write.
+        with self._count(agent_id, context.peer()):
+            status = await self._registry.handle_tunnel(tunnel, age_s)
         if status is not None and status[0] is not grpc.StatusCode.OK:
             await context.abort(status[0], status[1])
 
@@ -69,6 +129,13 @@ class ReverseTunnelServerFactory:
     def new(self, api: ServerApi) -> Module:
         """Register ``ReverseTunnel`` on the agent listener."""
         rpc_pb2_grpc.add_ReverseTunnelServicer_to_server(
-            ReverseTunnelServicer(api.tunnels, api.auth, api.long_poll_age_s), api.agent_server
+            ReverseTunnelServicer(
+                api.tunnels,
+                api.auth,
+                api.long_poll_age_s,
+                api.config.agent.listen.max_tunnels_per_agent,
+                api.config.agent.listen.max_tunnels_per_connection,
+            ),
+            api.agent_server,
         )
         return IdleModule(self.name)

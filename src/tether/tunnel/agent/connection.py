@@ -21,7 +21,7 @@ from tether.pb.gitlab.agent.reverse_tunnel.info import info_pb2
 from tether.pb.gitlab.agent.reverse_tunnel.rpc import rpc_pb2, rpc_pb2_grpc
 from tether.tool.automaton import StreamAutomaton, StreamOrderError
 from tether.tool.backoff import Backoff
-from tether.tool.grpc_meta import Metadata, meta_to_values, status_to_proto, values_to_meta
+from tether.tool.grpc_meta import Metadata, meta_to_values, status_to_proto, timeout_from, values_to_meta
 from tether.tool.grpc_stream import CallWriter
 from tether.tool.relay import dispatch, pump
 from tether.tunnel.agent.pool import TunnelListener
@@ -219,7 +219,9 @@ class _ForwardedCall:
         self._call: _RawCall | None = None
         self._writer: CallWriter | None = None
         if _valid_method(info.method_name):
-            self._call = channel.stream_stream(info.method_name)(metadata=values_to_meta(info.meta))
+            metadata = values_to_meta(info.meta)
+            # kas' deadline for the call (tether-timeout-ms): gRPC's own deadline does not cross the tunnel.
+            self._call = channel.stream_stream(info.method_name)(metadata=metadata, timeout=timeout_from(metadata))
             self._writer = CallWriter(self._call)
         _log.debug("tunnel_request", method=info.method_name)
         self._pump = asyncio.create_task(self._respond())
@@ -261,7 +263,9 @@ class _ForwardedCall:
         call = self._call
         try:
             if call is None:
-                status = status_to_proto(grpc.StatusCode.UNIMPLEMENTED, f"malformed method name {self._method!r}")
+                reason = f"malformed method name {self._method!r}"
+                _log_failed_call(self._method, grpc.StatusCode.UNIMPLEMENTED, reason)
+                status = status_to_proto(grpc.StatusCode.UNIMPLEMENTED, reason)
                 await self._send(rpc_pb2.ConnectRequest(error=rpc_pb2.Error(status=status)))
                 await self._tunnel.done_writing()
                 return
@@ -271,14 +275,30 @@ class _ForwardedCall:
             code, details, trailers = await call.code(), await call.details(), await call.trailing_metadata()
             await self._send(rpc_pb2.ConnectRequest(trailer=rpc_pb2.Trailer(meta=meta_to_values(trailers))))
             if code is not grpc.StatusCode.OK:
+                _log_failed_call(self._method, code, details or "")
                 status = status_to_proto(code, details or "", trailers)
                 await self._send(rpc_pb2.ConnectRequest(error=rpc_pb2.Error(status=status)))
             await self._tunnel.done_writing()
         except _TunnelEnded:
             # The tunnel broke (kas or its client went away); the reader sees it too and ends the attempt.
-            _log.debug("tunnel_response_aborted", method=self._method)
+            _log.info("tunnel_call_aborted", method=self._method)
             if call is not None:
                 call.cancel()
+        except Exception as exc:  # e.g. grpcio refusing the request metadata: kas must still get a status
+            reason = f"agentk could not make the call: {exc!r}"
+            _log_failed_call(self._method, grpc.StatusCode.INTERNAL, reason)
+            if call is not None:
+                call.cancel()
+            status = status_to_proto(grpc.StatusCode.INTERNAL, reason)
+            with contextlib.suppress(_TunnelEnded):
+                await self._send(rpc_pb2.ConnectRequest(error=rpc_pb2.Error(status=status)))
+                await self._tunnel.done_writing()
+
+
+def _log_failed_call(method: str, code: grpc.StatusCode, details: str) -> None:
+    # Every failed forwarded call is logged with its reason; a cancelled one (the client left) is routine.
+    log = _log.info if code is grpc.StatusCode.CANCELLED else _log.warning
+    log("tunnel_call_failed", method=method, code=code.name, reason=details)
 
 
 def _valid_method(name: str) -> bool:

@@ -7,6 +7,7 @@ A gateway never does discovery. It answers ``NoTunnel`` while it waits for a tun
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Protocol
 
@@ -21,6 +22,8 @@ from tether.tunnel.server.registry import RegistryStopped, TunnelRegistry
 from tether.tunnel.server.tunnel import Tunnel, TunnelBroken, ValuesMap
 
 log = logging.getLogger(__name__)
+#: The routing kas answers TunnelReady at once (StartStreaming, or hangs up); beyond this it is stalled.
+START_STREAMING_TIMEOUT_S = 5.0
 Response = kasapp_pb2.GatewayKasResponse
 
 
@@ -69,7 +72,8 @@ class Gateway:
 
         Raises:
             GatewayError: INVALID_ARGUMENT for bad routing metadata or a bad first frame,
-                UNAVAILABLE when kas is shutting down.
+                UNAVAILABLE when kas is shutting down, DEADLINE_EXCEEDED when the routing kas does not claim the
+                reserved tunnel within :data:`START_STREAMING_TIMEOUT_S`.
         """
         try:
             agent_id = routing_agent_id(metadata)
@@ -87,7 +91,14 @@ class Gateway:
             except RegistryStopped as exc:
                 raise GatewayError(grpc.StatusCode.UNAVAILABLE, str(exc)) from exc
             await peer.write(Response(tunnel_ready=Response.TunnelReady()))
-            first = await peer.read()
+            try:
+                first = await asyncio.wait_for(peer.read(), START_STREAMING_TIMEOUT_S)
+            except TimeoutError:
+                # A stalled routing kas must not hold the reserved tunnel: handle.done() gives it back.
+                raise GatewayError(
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"the routing kas sent no StartStreaming within {START_STREAMING_TIMEOUT_S:g} s of TunnelReady",
+                ) from None
             if first is None:
                 return  # the routing kas picked another gateway; handle.done() gives the tunnel back
             try:

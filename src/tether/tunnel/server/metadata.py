@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tether.tool.grpc_meta import Metadata, MetadataIn
+from tether.tool.ids import parse_id
 
 ROUTING_AGENT_ID_KEY = "kas-hop-routing-agent-id"
 HOP_PREFIX = "kas-hop-"
@@ -23,9 +24,10 @@ def routing_agent_id(metadata: MetadataIn | None) -> int:
         raise RoutingMetadataError(f"expected exactly one {ROUTING_AGENT_ID_KEY} metadata value, got {len(values)}")
     value = values[0]
     text = value.decode(errors="replace") if isinstance(value, bytes) else value
-    if not text.isdigit() or int(text) <= 0:
-        raise RoutingMetadataError(f"{ROUTING_AGENT_ID_KEY} must be a positive decimal integer, got {text!r}")
-    return int(text)
+    agent_id = parse_id(text)
+    if agent_id is None:
+        raise RoutingMetadataError(f"{ROUTING_AGENT_ID_KEY} must be a positive decimal integer, got {text[:40]!r}")
+    return agent_id
 
 
 def forwardable(metadata: MetadataIn | None) -> Metadata:

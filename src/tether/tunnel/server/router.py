@@ -25,7 +25,7 @@ from prometheus_client import Counter, Histogram
 from tether.pb.gitlab.agent.kas import kasapp_pb2
 from tether.tool.automaton import StreamAutomaton, StreamOrderError
 from tether.tool.backoff import Backoff
-from tether.tool.grpc_meta import Metadata, MetadataIn
+from tether.tool.grpc_meta import Metadata, MetadataIn, timeout_entry
 from tether.tool.relay import AnswerFrames, Handler, dispatch, pump
 from tether.tool.status import StatusError
 from tether.tunnel.server.gateway import Gateway
@@ -131,14 +131,15 @@ class Router:
             metadata: the caller's metadata (``kas-hop-*`` and ``authorization`` are not forwarded).
             caller: the original call.
             timeout_s: the caller's remaining deadline in seconds, or None (then ``find_timeout_s`` caps
-                the wait for a tunnel).
+                the wait for a tunnel). It bounds the whole call and travels to agentk (``tether-timeout-ms``).
 
         Returns:
             agentk's failure status, or None when the call succeeded.
 
         Raises:
-            RoutingError: DEADLINE_EXCEEDED with :data:`NOT_FOUND_MESSAGE` when no tunnel was found in time;
-                UNAVAILABLE when the gateway or tunnel failed during the call.
+            RoutingError: DEADLINE_EXCEEDED with :data:`NOT_FOUND_MESSAGE` when no tunnel was found in time,
+                or when ``timeout_s`` expired during the call; UNAVAILABLE when the gateway or tunnel failed
+                during the call.
         """
         outgoing = (*forwardable(metadata), (ROUTING_AGENT_ID_KEY, str(agent_id)))
         loop = asyncio.get_running_loop()
@@ -146,6 +147,8 @@ class Router:
         # Answer a little before the caller's own deadline, so it gets kas' explanation rather than a bare
         # "Deadline Exceeded" from its own gRPC library.
         timeout = self._options.find_timeout_s if timeout_s is None else max(timeout_s - min(0.2, timeout_s * 0.1), 0)
+        if timeout_s is not None:
+            outgoing = (*outgoing, timeout_entry(timeout_s))  # agentk bounds its own call by it too
         try:
             call, automaton = await self._find(agent_id, full_method, outgoing, timeout)
         except RoutingError:
@@ -156,7 +159,16 @@ class Router:
             ROUTING_DURATION.labels(status="aborted").observe(loop.time() - started)
             raise
         ROUTING_DURATION.labels(status="success").observe(loop.time() - started)
-        return await self._relay(call, automaton, caller)
+        if timeout_s is None:
+            return await self._relay(call, automaton, caller)
+        # The caller's deadline bounds the whole call, not only the wait for a tunnel (issue 9 item 7).
+        try:
+            async with asyncio.timeout_at(started + timeout_s):
+                return await self._relay(call, automaton, caller)
+        except TimeoutError:
+            raise RoutingError(
+                grpc.StatusCode.DEADLINE_EXCEEDED, f"the request's {timeout_s:g} s timeout expired during the call"
+            ) from None
 
     # ---- finding a gateway with a tunnel -----------------------------------------------------------
 

@@ -5,6 +5,11 @@ That service is declared by the Kubernetes API proxy's proto, so the servicer re
 with a generic handler on agentk's internal server (:meth:`GraphServicer.register`); the method then
 appears in the agent's ``AgentDescriptor``, which is how kas knows the agent supports the Graph API.
 
+Identity: a request carrying ``impersonation`` (the proxy's ``access_as: user``) is computed with those
+``Impersonate-*`` headers on every discovery, list and watch, so the caller sees only what RBAC lets them
+list; agentk confirms it with the response header ``tether-graph-identity: impersonated``, without which kas
+refuses the stream (issue 9 item 1).
+
 Per call: the request is validated again (agentk does not trust its input; ``INVALID_ARGUMENT`` with the
 field-naming reason), a :class:`~tether.modules.graph.engine.engine.GraphEngine` runs for as long as the caller
 keeps the stream open, and each batch is sent as one ``WatchGraphResponse``. gRPC flow control paces the
@@ -22,15 +27,29 @@ import structlog
 from grpc import aio
 
 from tether.kube.client import KubeClient
+from tether.kube.impersonation import impersonation_headers
 from tether.modagent.internal_server import InternalServer
 from tether.modules.graph.agent import already_serialized
 from tether.modules.graph.engine.engine import EngineOptions, GraphEngine, GraphEngineError
 from tether.modules.graph.engine.request import RequestError, compile_request
-from tether.modules.graph.rpc.methods import WATCH_GRAPH_FULL_METHOD, WATCH_GRAPH_METHOD, WATCH_GRAPH_SERVICE
+from tether.modules.graph.rpc.methods import (
+    IDENTITY_HEADER,
+    IDENTITY_IMPERSONATED,
+    WATCH_GRAPH_FULL_METHOD,
+    WATCH_GRAPH_METHOD,
+    WATCH_GRAPH_SERVICE,
+)
 from tether.modules.graph.rpc.wire import encode_response, request_from_proto
 from tether.pb.gitlab.agent.graph.rpc import rpc_pb2
 
-__all__ = ["WATCH_GRAPH_FULL_METHOD", "WATCH_GRAPH_METHOD", "WATCH_GRAPH_SERVICE", "GraphServicer"]
+__all__ = [
+    "IDENTITY_HEADER",
+    "IDENTITY_IMPERSONATED",
+    "WATCH_GRAPH_FULL_METHOD",
+    "WATCH_GRAPH_METHOD",
+    "WATCH_GRAPH_SERVICE",
+    "GraphServicer",
+]
 
 _log = structlog.get_logger(__name__)
 
@@ -79,8 +98,17 @@ class GraphServicer:
             compiled = compile_request(request_from_proto(request))
         except RequestError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        _log.info("graph_watch_started", queries=len(compiled.queries), namespaces=compiled.namespaces.mode.value)
-        async with GraphEngine(self._kube, compiled, self._options) as engine:
+        kube = self._kube
+        if request.HasField("impersonation"):
+            kube = kube.with_headers(impersonation_headers(request.impersonation))
+            await context.send_initial_metadata(((IDENTITY_HEADER, IDENTITY_IMPERSONATED),))
+        _log.info(
+            "graph_watch_started",
+            queries=len(compiled.queries),
+            namespaces=compiled.namespaces.mode.value,
+            impersonated=request.HasField("impersonation"),
+        )
+        async with GraphEngine(kube, compiled, self._options) as engine:
             while True:
                 try:
                     batch = await engine.next_batch()

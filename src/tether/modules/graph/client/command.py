@@ -15,6 +15,7 @@ from rich.live import Live
 from rich.table import Table
 
 from tether.modules.graph.client.client import Endpoint, GraphClientError, GraphView, build_request, watch_graph
+from tether.tool.http_server import SafeAppRunner
 
 _PAGE = Path(__file__).with_name("page.html")
 
@@ -49,7 +50,7 @@ async def _serve_page(view: GraphView, changed: asyncio.Condition, address: str)
     app = web.Application()
     app.router.add_get("/", index)
     app.router.add_get("/events", events)
-    runner = web.AppRunner(app, access_log=None)
+    runner = SafeAppRunner(app, access_log=None)
     await runner.setup()
     host, _, port = address.rpartition(":")
     await web.TCPSite(runner, host or "127.0.0.1", int(port)).start()

@@ -421,14 +421,22 @@ class GraphEngine:
             self.warn(warning)
 
     def guard(self, function: Any, *args: Any) -> None:
-        """Run an event handler; unexpected exceptions become ``INTERNAL_ERROR`` warnings."""
+        """Run an event handler; unexpected exceptions become ``INTERNAL_ERROR`` warnings.
+
+        An error while processing a Secret is reported by type only, in the warning and in the log.
+        """
         try:
             function(*args)
         except Exception as exc:
-            _log.exception("graph_event_failed")
+            if any(isinstance(arg, _Informer) and _is_secret_resource(arg.watched) for arg in args):
+                _log.error("graph_event_failed", error_type=type(exc).__name__, resource="secrets")
+                detail = f"{type(exc).__name__} (details withheld because the object is a Secret)"
+            else:
+                _log.exception("graph_event_failed")
+                detail = repr(exc)
             self.warn_once(
-                ("internal", type(exc).__name__, str(exc)),
-                GraphWarning(WARNING_INTERNAL_ERROR, f"Internal error while processing an event: {exc!r}", {}),
+                ("internal", type(exc).__name__, detail),
+                GraphWarning(WARNING_INTERNAL_ERROR, f"Internal error while processing an event: {detail}", {}),
             )
 
     # ---- objects ----
@@ -457,8 +465,7 @@ class GraphEngine:
                 self.warn_once(
                     ("object-cel", w.query_index),
                     self._object_warning(
-                        vertex,
-                        f"Evaluating queries[{w.query_index}].include.object.object_selector_expression failed: {exc}",
+                        vertex, f"Evaluating queries[{w.query_index}].include.object.object_selector_expression", exc
                     ),
                 )
             if not keep:
@@ -470,7 +477,7 @@ class GraphEngine:
             extracted = extract(w, obj, self.selection)
         except ExtractionError as exc:
             extracted = exc.partial
-            self.warn(self._object_warning(vertex, f"Extracting references of {_describe(vertex)} failed: {exc}"))
+            self.warn(self._object_warning(vertex, f"Extracting references of {_describe(vertex)}", exc))
         root = False
         if roots.enabled:
             assert variables is not None
@@ -482,9 +489,7 @@ class GraphEngine:
                 except CelEvaluationError as exc:
                     self.warn_once(
                         ("root-cel", index),
-                        self._object_warning(
-                            vertex, f"Evaluating roots.object_selector_expressions[{index}] failed: {exc}"
-                        ),
+                        self._object_warning(vertex, f"Evaluating roots.object_selector_expressions[{index}]", exc),
                     )
         encoded_object, encoded_json_path = self._projection(w, vertex, obj)
         packed = self._pack_payloads and bool(encoded_object or encoded_json_path)
@@ -518,7 +523,7 @@ class GraphEngine:
         self, w: WatchedResource, vertex: VertexId, obj: dict[str, Any]
     ) -> tuple[bytes | None, bytes | None]:
         """``o`` or ``j`` for the object (seed 002 "Set a vertex"); Secrets never carry content."""
-        if w.group == "" and w.resource == "secrets":
+        if _is_secret_resource(w):
             return None, None
         json_path = w.object_filter.json_path
         try:
@@ -530,10 +535,20 @@ class GraphEngine:
                 meta.pop("managedFields", None)  # the object is ours and the filters have seen it
             return (_ENCODER.encode(obj) if obj else None), None
         except (TypeError, ValueError, OverflowError) as exc:
-            self.warn(self._object_warning(vertex, f"Encoding {_describe(vertex)} failed: {exc}"))
+            self.warn(self._object_warning(vertex, f"Encoding {_describe(vertex)}", exc))
             return None, None
 
-    def _object_warning(self, vertex: VertexId, message: str) -> GraphWarning:
+    def _object_warning(self, vertex: VertexId, what: str, error: Exception) -> GraphWarning:
+        """``OBJECT_PROCESSING_FAILED`` for ``what`` failing with ``error`` on ``vertex``.
+
+        For a Secret the error's text is left out: CEL errors quote the values they failed on (a missing map
+        key, an invalid regular expression, a non-bool result), so they could carry the Secret's data, which
+        the Graph API never sends (issue 9 item 1).
+        """
+        if _is_secret(vertex):
+            message = f"{what} failed ({type(error).__name__}; details withheld because the object is a Secret)"
+        else:
+            message = f"{what} failed: {error}"
         attributes = {"g": vertex.group, "v": vertex.version, "r": vertex.resource}
         if vertex.namespace:
             attributes["ns"] = vertex.namespace
@@ -687,6 +702,14 @@ def _resolution_key(selection: Selection) -> frozenset[ApiResource]:
 
 def _gvr(w: WatchedResource) -> str:
     return f"{w.group}/{w.version}/{w.resource}" if w.group else f"{w.version}/{w.resource}"
+
+
+def _is_secret(vertex: VertexId) -> bool:
+    return vertex.group == "" and vertex.resource == "secrets"
+
+
+def _is_secret_resource(w: WatchedResource) -> bool:
+    return w.group == "" and w.resource == "secrets"
 
 
 def _describe(vertex: VertexId) -> str:

@@ -10,3 +10,6 @@ from __future__ import annotations
 WATCH_GRAPH_SERVICE = "gitlab.agent.kubernetes_api.rpc.KubernetesApi"
 WATCH_GRAPH_METHOD = "WatchGraph"
 WATCH_GRAPH_FULL_METHOD = f"/{WATCH_GRAPH_SERVICE}/{WATCH_GRAPH_METHOD}"
+#: Response header by which agentk confirms that it applied the request's ``impersonation`` (issue 9 item 1).
+IDENTITY_HEADER = "tether-graph-identity"
+IDENTITY_IMPERSONATED = "impersonated"

@@ -3,8 +3,8 @@
 Mount it on the Kubernetes API proxy listener after authentication, e.g.::
 
     async def graph(request: web.Request) -> web.StreamResponse:
-        agent_id = ...  # authenticated as for any proxied request
-        return await serve_graph_websocket(request, router_opener(router, agent_id))
+        agent_id, impersonation = ...  # authenticated as for any proxied request
+        return await serve_graph_websocket(request, router_opener(router, agent_id), impersonation)
 
 (``channel_opener(channel)`` does the same over a plain gRPC channel, e.g. to agentk's internal server.)
 
@@ -14,8 +14,11 @@ Session:
    (otherwise HTTP 400, or close 1002 when the upgrade happened without the subprotocol).
 2. The first message must be text (binary -> 1003) holding the request JSON, validated with the same
    validator agentk uses (invalid -> 1007 with the field-naming reason).
-3. ``WatchGraph`` is opened on the agent through ``open_watch_graph``; every response becomes one text
-   message ``{"actions": [...], "warnings": [...]}``.
+3. ``WatchGraph`` is opened on the agent through ``open_watch_graph`` with the caller's identity
+   (``impersonation``, for ``access_as: user``); every response becomes one text message
+   ``{"actions": [...], "warnings": [...]}``. An agent that does not confirm it applied that identity
+   (header ``tether-graph-identity``) gets no response relayed and the session closes with 1008: its graph
+   would show what the agent can see instead of what the caller may see (issue 9 item 1).
 4. Any further client message closes the session with 1008 ("No more messages are expected").
 5. Errors close with an RFC 6455 code and reason; when the reason does not fit the 123-byte close frame,
    ``{"error": {"code", "code_string", "reason"}}`` is sent first and the frame carries it truncated.
@@ -39,8 +42,15 @@ from aiohttp import WSMsgType, web
 from google.rpc import status_pb2
 from grpc import aio
 
-from tether.modules.graph.rpc.methods import WATCH_GRAPH_FULL_METHOD, WATCH_GRAPH_METHOD, WATCH_GRAPH_SERVICE
+from tether.modules.graph.rpc.methods import (
+    IDENTITY_HEADER,
+    IDENTITY_IMPERSONATED,
+    WATCH_GRAPH_FULL_METHOD,
+    WATCH_GRAPH_METHOD,
+    WATCH_GRAPH_SERVICE,
+)
 from tether.pb.gitlab.agent.graph.rpc import rpc_pb2
+from tether.pb.gitlab.agent.kubernetes_api.rpc import rpc_pb2 as kubernetes_api_pb2
 from tether.pb.gitlab.agent.reverse_tunnel.info import info_pb2
 from tether.tool.status import StatusError, websocket_close_code
 from tether.tunnel.server.router import RoutingError
@@ -79,6 +89,11 @@ CLOSE_CODE_NAMES = {
 }
 #: Largest close-frame reason in bytes (125-byte control frame payload minus the 2-byte code).
 MAX_CLOSE_REASON_BYTES = 123
+
+IDENTITY_NOT_APPLIED_REASON = (
+    "The agent did not confirm that it computes the graph with your identity (access_as: user); "
+    "update the agent to a version that supports it."
+)
 
 UNSUPPORTED_REASON = (
     "The agent does not support the Graph API (no WatchGraph RPC). Update the agent to a version that supports it."
@@ -123,6 +138,9 @@ def channel_opener(channel: aio.Channel, metadata: Sequence[tuple[str, str]] | N
     async def open_stream(request: rpc_pb2.WatchGraphRequest) -> AsyncIterator[rpc_pb2.WatchGraphResponse]:
         call = method(request, metadata=tuple(metadata or ()))
         try:
+            if request.HasField("impersonation"):
+                header = await call.initial_metadata()
+                _check_identity(request, [str(v) for k, v in (header or ()) if k == IDENTITY_HEADER])
             async for response in call:
                 yield response
         except aio.AioRpcError as exc:
@@ -141,13 +159,16 @@ class _Caller:
     def __init__(self, request: bytes, queue: asyncio.Queue[bytes]) -> None:
         self._request: bytes | None = request
         self._queue = queue
+        self.identity: list[str] = []
 
     async def read(self) -> bytes | None:
         request, self._request = self._request, None
         return request
 
     async def send_header(self, meta: ValuesMap) -> None:
-        return None
+        values = meta.get(IDENTITY_HEADER)
+        if values is not None:
+            self.identity.extend(values.value)
 
     async def write(self, data: bytes) -> None:
         await self._queue.put(data)
@@ -192,10 +213,12 @@ def router_opener(router: WatchGraphRouter, agent_id: int, metadata: Sequence[tu
                 getter = asyncio.ensure_future(queue.get())
                 await asyncio.wait({getter, route}, return_when=asyncio.FIRST_COMPLETED)
                 if getter.done():
+                    _check_identity(request, caller.identity)
                     yield rpc_pb2.WatchGraphResponse.FromString(getter.result())
                     continue
                 getter.cancel()
                 while not queue.empty():
+                    _check_identity(request, caller.identity)
                     yield rpc_pb2.WatchGraphResponse.FromString(queue.get_nowait())
                 break
             try:
@@ -218,11 +241,18 @@ def router_opener(router: WatchGraphRouter, agent_id: int, metadata: Sequence[tu
     return open_stream
 
 
+def _check_identity(request: rpc_pb2.WatchGraphRequest, confirmed: Sequence[str]) -> None:
+    """Refuse a stream whose agent did not confirm that it applied the request's impersonation."""
+    if request.HasField("impersonation") and IDENTITY_IMPERSONATED not in confirmed:
+        raise GraphStreamError(grpc.StatusCode.PERMISSION_DENIED, IDENTITY_NOT_APPLIED_REASON)
+
+
 async def serve_graph_websocket(
     request: web.BaseRequest,
     open_watch_graph: OpenWatchGraph,
+    impersonation: kubernetes_api_pb2.ImpersonationConfig | None,
     *,
-    first_message_timeout_s: float = 60.0,
+    first_message_timeout_s: float = 10.0,
     heartbeat_s: float = 30.0,
 ) -> web.StreamResponse:
     """Serve one Graph API WebSocket session (the caller has authenticated the request and picked the agent).
@@ -230,6 +260,8 @@ async def serve_graph_websocket(
     Args:
         request: the HTTP request on ``/graph`` (a ``web.Request`` or the low-level ``web.BaseRequest``).
         open_watch_graph: opens ``WatchGraph`` on the agent, see :data:`OpenWatchGraph`.
+        impersonation: the caller's identity for ``access_as: user`` (the graph is computed as this
+            identity), or None for the agent's own identity (``access_as: agent``).
         first_message_timeout_s: seconds to wait for the request message before closing (1008).
         heartbeat_s: seconds between WebSocket pings.
 
@@ -244,7 +276,7 @@ async def serve_graph_websocket(
         return web.Response(status=400, text=f"expected a WebSocket upgrade with the {GRAPH_SUBPROTOCOL} subprotocol\n")
     await ws.prepare(request)
     try:
-        await _session(ws, open_watch_graph, first_message_timeout_s)
+        await _session(ws, open_watch_graph, impersonation, first_message_timeout_s)
     except asyncio.CancelledError:
         with contextlib.suppress(Exception):
             await asyncio.shield(_close(ws, 1001, "server is shutting down"))
@@ -252,7 +284,12 @@ async def serve_graph_websocket(
     return ws
 
 
-async def _session(ws: web.WebSocketResponse, open_watch_graph: OpenWatchGraph, first_message_timeout_s: float) -> None:
+async def _session(
+    ws: web.WebSocketResponse,
+    open_watch_graph: OpenWatchGraph,
+    impersonation: kubernetes_api_pb2.ImpersonationConfig | None,
+    first_message_timeout_s: float,
+) -> None:
     from tether.modules.graph.engine.request import RequestError, parse_request  # noqa: PLC0415
     from tether.modules.graph.rpc.wire import request_to_proto  # noqa: PLC0415
 
@@ -275,7 +312,10 @@ async def _session(ws: web.WebSocketResponse, open_watch_graph: OpenWatchGraph, 
         await _close(ws, 1007, f"invalid request: {exc}")
         return
     reader = asyncio.create_task(_watch_client(ws), name="graph-ws-reader")
-    relay = asyncio.create_task(_relay(ws, open_watch_graph, request_to_proto(parsed.source)), name="graph-ws-relay")
+    watch_request = request_to_proto(parsed.source)
+    if impersonation is not None:
+        watch_request.impersonation.CopyFrom(impersonation)
+    relay = asyncio.create_task(_relay(ws, open_watch_graph, watch_request), name="graph-ws-relay")
     try:
         await asyncio.wait({reader, relay}, return_when=asyncio.FIRST_COMPLETED)
     finally:

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import yarl
 
+from tether.tool.ids import is_ascii_number
+
 __all__ = ["HEAD_LIMIT", "UpgradeExchange", "UpgradeProtocolError", "open_exchange"]
 
 #: Largest response head accepted, in bytes.
@@ -67,7 +69,7 @@ class UpgradeExchange:
             return
         length = self.header("Content-Length")
         if length is not None:
-            if not length.strip().isdigit():
+            if not is_ascii_number(length.strip()) or len(length.strip()) > 18:
                 raise UpgradeProtocolError(f"invalid Content-Length {length!r}")
             left = int(length)
             while left > 0:

@@ -27,7 +27,9 @@ class KubernetesApiServerModule:
         authorizer = ProxyUserAuthorizer(
             api.gitlab, config.allowed_agent_cache_ttl, config.allowed_agent_cache_error_ttl
         )
-        self._proxy = KubernetesApiProxy(config, api.router, authorizer, api.config.gitlab.external_url)
+        self._proxy = KubernetesApiProxy(
+            config, api.router, authorizer, api.config.gitlab.external_url, api.rate_limiter
+        )
 
     async def start(self) -> None:
         """Bind the listener and record its port as ``api.ports["kubernetes_api"]``.

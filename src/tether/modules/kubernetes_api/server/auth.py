@@ -24,11 +24,13 @@ from dataclasses import dataclass
 from urllib.parse import unquote
 
 import aiohttp
+from cachetools import TTLCache
 from multidict import MultiMapping
 
 from tether.modserver.gitlab_client import GitlabClient, GitlabClientError, ProxyUserAuthorization
 from tether.modules.kubernetes_api.server.status import UNAUTHORIZED_HEADER, ProxyError
 from tether.pb.gitlab.agent.kubernetes_api.rpc import rpc_pb2
+from tether.tool.ids import parse_id
 
 __all__ = [
     "AGENT_ID_HEADER",
@@ -55,8 +57,8 @@ CSRF_HEADER = "X-Csrf-Token"
 CSRF_QUERY = "gitlab-csrf-token"
 _UNAUTHORIZED = {UNAUTHORIZED_HEADER: "true"}
 _PAT_FORM = "'Authorization: Bearer pat:<agent id>:<personal access token>'"
-#: Above this many cached answers, expired ones are dropped on the next insert.
-_CACHE_PRUNE_SIZE = 10_000
+#: Most cached answers of each kind (successes, refusals).
+_CACHE_SIZE = 10_000
 
 
 @dataclass(frozen=True)
@@ -81,9 +83,10 @@ def _unauthorized(message: str) -> ProxyError:
 
 
 def _agent_id(text: str, where: str) -> int:
-    if not text.isdigit() or int(text) <= 0:
-        raise _unauthorized(f"{where}: agent id {text!r} is not a positive decimal number")
-    return int(text)
+    agent_id = parse_id(text)
+    if agent_id is None:
+        raise _unauthorized(f"{where}: agent id {text[:40]!r} is not a positive decimal number below 2**63")
+    return agent_id
 
 
 def _from_authorization(values: list[str]) -> ProxyCredentials:
@@ -194,10 +197,14 @@ class ProxyUserAuthorizer:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = client
-        self._ttl_s = ttl_s
-        self._error_ttl_s = error_ttl_s
         self._clock = clock
-        self._cache: dict[bytes, tuple[float, _Outcome]] = {}
+        # Bounded: at most _CACHE_SIZE answers of each kind, least recently used out first (issue 9 item 4).
+        self._cache: TTLCache[bytes, ProxyUserAuthorization] | None = (
+            TTLCache(_CACHE_SIZE, ttl_s, timer=clock) if ttl_s > 0 else None
+        )
+        self._refusals: TTLCache[bytes, ProxyError] | None = (
+            TTLCache(_CACHE_SIZE, error_ttl_s, timer=clock) if error_ttl_s > 0 else None
+        )
         self._inflight: dict[bytes, asyncio.Future[_Outcome]] = {}
 
     async def authorize(self, credentials: ProxyCredentials) -> ProxyUserAuthorization:
@@ -212,10 +219,10 @@ class ProxyUserAuthorizer:
                 (str(credentials.agent_id), credentials.access_type, credentials.access_key, credentials.csrf_token)
             ).encode()
         ).digest()
-        cached = self._cache.get(key)
-        if cached is not None and cached[0] > self._clock():
-            outcome = cached[1]
-        else:
+        outcome: _Outcome | None = self._cache.get(key) if self._cache is not None else None
+        if outcome is None and self._refusals is not None:
+            outcome = self._refusals.get(key)
+        if outcome is None:
             lookup = self._inflight.get(key)
             if lookup is None:
                 lookup = asyncio.ensure_future(self._lookup(key, credentials))
@@ -239,21 +246,14 @@ class ProxyUserAuthorizer:
             refusal = _unauthorized(
                 f"the credentials are not valid, or do not give access to agent {credentials.agent_id}"
             )
-            self._remember(key, refusal, self._error_ttl_s)
+            if self._refusals is not None:
+                self._refusals[key] = refusal
             return refusal
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             log.warning("authorize_proxy_user unreachable: %r", exc)
             return ProxyError(500, "authorizing the user failed: the hub is unreachable")
         if auth.agent_id != credentials.agent_id:
             return ProxyError(500, f"authorizing the user failed: the hub answered for agent {auth.agent_id}")
-        self._remember(key, auth, self._ttl_s)
+        if self._cache is not None:
+            self._cache[key] = auth
         return auth
-
-    def _remember(self, key: bytes, outcome: _Outcome, ttl_s: float) -> None:
-        if ttl_s <= 0:
-            return
-        now = self._clock()
-        if len(self._cache) >= _CACHE_PRUNE_SIZE:
-            for stale in [k for k, (expires, _) in self._cache.items() if expires <= now]:
-                del self._cache[stale]
-        self._cache[key] = (now + ttl_s, outcome)

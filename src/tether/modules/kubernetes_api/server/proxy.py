@@ -6,6 +6,11 @@ agent may be connected to any kas). The request's own ``timeout`` query paramete
 ``--request-timeout``) bounds the wait for the agent; without one, ``routing.tunnel_find_timeout`` does.
 A client that disconnects cancels its handler and with it the routed call.
 
+Every path under the prefix reaches the cluster as the identity the proxy imposes (``access_as: user``:
+impersonation; kas.md §4.5): paths kas serves itself (today ``/graph``) are :data:`ProxyPathHandler` entries
+of :attr:`KubernetesApiProxy.paths`, which receive that identity and must compute their answer with it or
+refuse; every other path is relayed as ``MakeRequest`` carrying it (issue 9 item 1).
+
 Errors kas produces are Kubernetes ``Status`` bodies (``status.py``): 400 outside the prefix, 401 for
 credentials, 403 for CORS and nested impersonation, 500 when the hub fails, 502 when the tunnel or agent
 fails, 504 when no agent connection was found in time. Once the response head is sent, a failure cuts the
@@ -17,25 +22,35 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from google.rpc import status_pb2
 
 from tether.modserver.config import KubernetesApiCF
+from tether.modserver.gitlab_client import ProxyUserAuthorization
 from tether.modules.graph.server.websocket import router_opener, serve_graph_websocket
 from tether.modules.kubernetes_api.rpc.headers import is_upgrade
 from tether.modules.kubernetes_api.rpc.impersonation import NESTED_IMPERSONATION, carries_impersonation
-from tether.modules.kubernetes_api.server.auth import ProxyUserAuthorizer, credentials_from, impersonation_for
+from tether.modules.kubernetes_api.server.auth import (
+    ProxyCredentials,
+    ProxyUserAuthorizer,
+    credentials_from,
+    impersonation_for,
+)
 from tether.modules.kubernetes_api.server.cors import cors_headers, is_preflight, preflight_response
 from tether.modules.kubernetes_api.server.http_grpc import MAKE_REQUEST, ProxyCall, ResponseStreamError, request_header
 from tether.modules.kubernetes_api.server.status import ProxyError, status_response
+from tether.pb.gitlab.agent.kubernetes_api.rpc import rpc_pb2
 from tether.tool.durations import parse_duration
 from tether.tool.grpc_meta import code_from_int
+from tether.tool.http_server import SafeServer
 from tether.tool.logs import REQUEST_ID_METADATA, bind, new_request_id
+from tether.tool.rate_limit import RateLimiter, per_minute
 from tether.tool.status import http_code
 from tether.tunnel.server.router import Router, RoutingError
 
-__all__ = ["KubernetesApiProxy"]
+__all__ = ["GRAPH_PATH", "KubernetesApiProxy", "ProxyPathHandler"]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +59,15 @@ IDLE_TIMEOUT_S = 60.0
 
 
 GRAPH_PATH = "/graph"
+
+#: A path kas serves itself: (request, agent id, identity to impose or None for the agent's own, call metadata
+#: such as the request id) -> response. The identity is not optional: a handler that cannot act as it must
+#: refuse (e.g. 403 / a policy close).
+ProxyPathHandler = Callable[
+    [web.BaseRequest, int, rpc_pb2.ImpersonationConfig | None, "CallMetadata"], Awaitable[web.StreamResponse]
+]
+#: Metadata kas adds to a routed call (the request id).
+CallMetadata = tuple[tuple[str, str], ...]
 
 
 def is_watch(request: web.BaseRequest) -> bool:
@@ -76,14 +100,21 @@ class KubernetesApiProxy:
     """
 
     def __init__(
-        self, config: KubernetesApiCF, router: Router, authorizer: ProxyUserAuthorizer, external_url: str | None
+        self,
+        config: KubernetesApiCF,
+        router: Router,
+        authorizer: ProxyUserAuthorizer,
+        external_url: str | None,
+        limiter: RateLimiter | None = None,
     ) -> None:
         self._config = config
+        self._limiter = limiter if config.failed_auth_per_source_per_minute > 0 else None
+        self._failure_limit = per_minute(max(config.failed_auth_per_source_per_minute, 1))
         self._router = router
         self._authorizer = authorizer
         self._external_url = external_url
         self._prefix = config.url_path_prefix
-        server = web.Server(
+        server = SafeServer(
             self._handle,
             handler_cancellation=True,  # a client that goes away cancels its routed call
             auto_decompress=False,  # bodies are relayed as sent
@@ -96,6 +127,19 @@ class KubernetesApiProxy:
         # Routed calls of the watches in flight: ended cleanly when kas shuts down.
         self._watches: set[asyncio.Task[status_pb2.Status | None]] = set()
         self._ending_watches = False
+        #: Paths under the prefix that kas answers itself instead of relaying ``MakeRequest``.
+        self.paths: dict[str, ProxyPathHandler] = {GRAPH_PATH: self._graph}
+
+    async def _graph(
+        self,
+        request: web.BaseRequest,
+        agent_id: int,
+        impersonation: rpc_pb2.ImpersonationConfig | None,
+        metadata: CallMetadata,
+    ) -> web.StreamResponse:
+        # The Graph API lives on the same endpoint and authentication (issue 6, graph.md).
+        opener = router_opener(self._router, agent_id, metadata)
+        return await serve_graph_websocket(request, opener, impersonation)
 
     async def start(self) -> int:
         """Bind and serve; return the bound TCP port (0 for a unix socket).
@@ -151,8 +195,7 @@ class KubernetesApiProxy:
             if is_preflight(request.method, request.headers):
                 return preflight_response(request.headers, cors)
             url_path = self._strip_prefix(request.rel_url.path)
-            credentials = credentials_from(request.headers, request.rel_url.query, request.cookies)
-            auth = await self._authorizer.authorize(credentials)
+            auth, credentials = await self._authenticate(request)
             impersonation = impersonation_for(auth, credentials.access_type)
             if impersonation is not None and (name := carries_impersonation(request.headers.keys())):
                 raise ProxyError(
@@ -162,16 +205,35 @@ class KubernetesApiProxy:
                 )
             metadata = ((REQUEST_ID_METADATA, request_id),)
             with bind(agent_id=credentials.agent_id):
-                if url_path == GRAPH_PATH:
-                    # The Graph API lives on the same endpoint and authentication (issue 6, graph.md).
-                    opener = router_opener(self._router, credentials.agent_id, metadata)
-                    return await serve_graph_websocket(request, opener)
+                own = self.paths.get(url_path)
+                if own is not None:
+                    return await own(request, credentials.agent_id, impersonation, metadata)
                 upgrade = is_upgrade(request.headers.items())
                 call = ProxyCall(request, request_header(request, url_path, impersonation), upgrade, cors)
                 return await self._forward(request, call, credentials.agent_id, metadata)
         except ProxyError as exc:
             log.debug("k8s proxy refused %s %s: %d %s", request.method, request.rel_url.path, exc.code, exc.message)
             return status_response(exc, cors)
+
+    async def _authenticate(self, request: web.BaseRequest) -> tuple[ProxyUserAuthorization, ProxyCredentials]:
+        """Credentials and the hub's answer; a source with too many refusals gets 429 without a hub call."""
+        source = request.remote or "unknown"
+        if self._limiter is not None and not await self._limiter.allows(
+            "proxy_auth_failures", self._failure_limit, source
+        ):
+            raise ProxyError(
+                429,
+                f"Too many requests: more than {self._failure_limit.amount} refused credentials per minute from "
+                "this address; try again later",
+                {"Retry-After": "60"},
+            )
+        try:
+            credentials = credentials_from(request.headers, request.rel_url.query, request.cookies)
+            return await self._authorizer.authorize(credentials), credentials
+        except ProxyError as exc:
+            if exc.code == 401 and self._limiter is not None:
+                await self._limiter.hit("proxy_auth_failures", self._failure_limit, source)
+            raise
 
     def _strip_prefix(self, path: str) -> str:
         if not path.startswith(self._prefix):

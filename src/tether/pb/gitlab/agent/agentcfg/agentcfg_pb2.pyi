@@ -489,25 +489,137 @@ class UserAccessCF(_message.Message):
 Global___UserAccessCF: _TypeAlias = UserAccessCF  # noqa: Y015
 
 @_typing.final
+class WorkspaceEgressRule(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ALLOW_FIELD_NUMBER: _builtins.int
+    EXCEPT_FIELD_NUMBER: _builtins.int
+    allow: _builtins.str
+    def __init__(
+        self,
+        *,
+        allow: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow", b"allow", "except", b"except"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkspaceEgressRule: _TypeAlias = WorkspaceEgressRule  # noqa: Y015
+
+@_typing.final
 class WorkspaceNetworkPolicy(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ENABLED_FIELD_NUMBER: _builtins.int
+    EGRESS_FIELD_NUMBER: _builtins.int
     enabled: _builtins.bool
+    @_builtins.property
+    def egress(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkspaceEgressRule]:
+        """Tether: read by the hub only (GitLab Rails reads the same key from the same file)."""
+
     def __init__(
         self,
         *,
         enabled: _builtins.bool | None = ...,
+        egress: _abc.Iterable[Global___WorkspaceEgressRule] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_enabled", b"_enabled", "enabled", b"enabled"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_enabled", b"_enabled", "enabled", b"enabled"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_enabled", b"_enabled", "egress", b"egress", "enabled", b"enabled"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__enabled: _TypeAlias = _typing.Literal["enabled"]  # noqa: Y015
     _WhichOneofArgType__enabled: _TypeAlias = _typing.Literal["_enabled", b"_enabled"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType__enabled) -> _WhichOneofReturnType__enabled | None: ...
 
 Global___WorkspaceNetworkPolicy: _TypeAlias = WorkspaceNetworkPolicy  # noqa: Y015
+
+@_typing.final
+class WorkspaceResources(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class LimitsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class RequestsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    LIMITS_FIELD_NUMBER: _builtins.int
+    REQUESTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def limits(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    @_builtins.property
+    def requests(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        limits: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        requests: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits", "requests", b"requests"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkspaceResources: _TypeAlias = WorkspaceResources  # noqa: Y015
+
+@_typing.final
+class WorkspaceImagePullSecret(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    namespace: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        namespace: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "namespace", b"namespace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkspaceImagePullSecret: _TypeAlias = WorkspaceImagePullSecret  # noqa: Y015
 
 @_typing.final
 class GitLabWorkspacesProxy(_message.Message):
@@ -532,14 +644,75 @@ Global___GitLabWorkspacesProxy: _TypeAlias = GitLabWorkspacesProxy  # noqa: Y015
 class RemoteDevelopmentCF(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class AnnotationsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class LabelsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     ENABLED_FIELD_NUMBER: _builtins.int
     DNS_ZONE_FIELD_NUMBER: _builtins.int
     PARTIAL_SYNC_INTERVAL_FIELD_NUMBER: _builtins.int
     FULL_SYNC_INTERVAL_FIELD_NUMBER: _builtins.int
     GITLAB_WORKSPACES_PROXY_FIELD_NUMBER: _builtins.int
     NETWORK_POLICY_FIELD_NUMBER: _builtins.int
+    DEFAULT_RESOURCES_PER_WORKSPACE_CONTAINER_FIELD_NUMBER: _builtins.int
+    MAX_RESOURCES_PER_WORKSPACE_FIELD_NUMBER: _builtins.int
+    WORKSPACES_QUOTA_FIELD_NUMBER: _builtins.int
+    WORKSPACES_PER_USER_QUOTA_FIELD_NUMBER: _builtins.int
+    USE_KUBERNETES_USER_NAMESPACES_FIELD_NUMBER: _builtins.int
+    DEFAULT_RUNTIME_CLASS_FIELD_NUMBER: _builtins.int
+    ALLOW_PRIVILEGE_ESCALATION_FIELD_NUMBER: _builtins.int
+    IMAGE_PULL_SECRETS_FIELD_NUMBER: _builtins.int
+    ANNOTATIONS_FIELD_NUMBER: _builtins.int
+    LABELS_FIELD_NUMBER: _builtins.int
+    MAX_ACTIVE_HOURS_BEFORE_STOP_FIELD_NUMBER: _builtins.int
+    MAX_STOPPED_HOURS_BEFORE_TERMINATION_FIELD_NUMBER: _builtins.int
+    SHARED_NAMESPACE_FIELD_NUMBER: _builtins.int
     enabled: _builtins.bool
     dns_zone: _builtins.str
+    workspaces_quota: _builtins.int
+    workspaces_per_user_quota: _builtins.int
+    use_kubernetes_user_namespaces: _builtins.bool
+    default_runtime_class: _builtins.str
+    allow_privilege_escalation: _builtins.bool
+    max_active_hours_before_stop: _builtins.int
+    max_stopped_hours_before_termination: _builtins.int
+    shared_namespace: _builtins.str
     @_builtins.property
     def partial_sync_interval(self) -> _duration_pb2.Duration: ...
     @_builtins.property
@@ -548,6 +721,20 @@ class RemoteDevelopmentCF(_message.Message):
     def gitlab_workspaces_proxy(self) -> Global___GitLabWorkspacesProxy: ...
     @_builtins.property
     def network_policy(self) -> Global___WorkspaceNetworkPolicy: ...
+    @_builtins.property
+    def default_resources_per_workspace_container(self) -> Global___WorkspaceResources:
+        """Tether: the settings below are read by the hub only (GitLab Rails reads the same keys from the same
+        file, reference workspaces.md §6.3); numbered from 100 to stay clear of upstream's own numbers.
+        """
+
+    @_builtins.property
+    def max_resources_per_workspace(self) -> Global___WorkspaceResources: ...
+    @_builtins.property
+    def image_pull_secrets(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkspaceImagePullSecret]: ...
+    @_builtins.property
+    def annotations(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    @_builtins.property
+    def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     def __init__(
         self,
         *,
@@ -557,12 +744,40 @@ class RemoteDevelopmentCF(_message.Message):
         full_sync_interval: _duration_pb2.Duration | None = ...,
         gitlab_workspaces_proxy: Global___GitLabWorkspacesProxy | None = ...,
         network_policy: Global___WorkspaceNetworkPolicy | None = ...,
+        default_resources_per_workspace_container: Global___WorkspaceResources | None = ...,
+        max_resources_per_workspace: Global___WorkspaceResources | None = ...,
+        workspaces_quota: _builtins.int | None = ...,
+        workspaces_per_user_quota: _builtins.int | None = ...,
+        use_kubernetes_user_namespaces: _builtins.bool = ...,
+        default_runtime_class: _builtins.str = ...,
+        allow_privilege_escalation: _builtins.bool = ...,
+        image_pull_secrets: _abc.Iterable[Global___WorkspaceImagePullSecret] | None = ...,
+        annotations: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        max_active_hours_before_stop: _builtins.int | None = ...,
+        max_stopped_hours_before_termination: _builtins.int | None = ...,
+        shared_namespace: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["full_sync_interval", b"full_sync_interval", "gitlab_workspaces_proxy", b"gitlab_workspaces_proxy", "network_policy", b"network_policy", "partial_sync_interval", b"partial_sync_interval"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_max_active_hours_before_stop", b"_max_active_hours_before_stop", "_max_stopped_hours_before_termination", b"_max_stopped_hours_before_termination", "_workspaces_per_user_quota", b"_workspaces_per_user_quota", "_workspaces_quota", b"_workspaces_quota", "default_resources_per_workspace_container", b"default_resources_per_workspace_container", "full_sync_interval", b"full_sync_interval", "gitlab_workspaces_proxy", b"gitlab_workspaces_proxy", "max_active_hours_before_stop", b"max_active_hours_before_stop", "max_resources_per_workspace", b"max_resources_per_workspace", "max_stopped_hours_before_termination", b"max_stopped_hours_before_termination", "network_policy", b"network_policy", "partial_sync_interval", b"partial_sync_interval", "workspaces_per_user_quota", b"workspaces_per_user_quota", "workspaces_quota", b"workspaces_quota"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dns_zone", b"dns_zone", "enabled", b"enabled", "full_sync_interval", b"full_sync_interval", "gitlab_workspaces_proxy", b"gitlab_workspaces_proxy", "network_policy", b"network_policy", "partial_sync_interval", b"partial_sync_interval"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_active_hours_before_stop", b"_max_active_hours_before_stop", "_max_stopped_hours_before_termination", b"_max_stopped_hours_before_termination", "_workspaces_per_user_quota", b"_workspaces_per_user_quota", "_workspaces_quota", b"_workspaces_quota", "allow_privilege_escalation", b"allow_privilege_escalation", "annotations", b"annotations", "default_resources_per_workspace_container", b"default_resources_per_workspace_container", "default_runtime_class", b"default_runtime_class", "dns_zone", b"dns_zone", "enabled", b"enabled", "full_sync_interval", b"full_sync_interval", "gitlab_workspaces_proxy", b"gitlab_workspaces_proxy", "image_pull_secrets", b"image_pull_secrets", "labels", b"labels", "max_active_hours_before_stop", b"max_active_hours_before_stop", "max_resources_per_workspace", b"max_resources_per_workspace", "max_stopped_hours_before_termination", b"max_stopped_hours_before_termination", "network_policy", b"network_policy", "partial_sync_interval", b"partial_sync_interval", "shared_namespace", b"shared_namespace", "use_kubernetes_user_namespaces", b"use_kubernetes_user_namespaces", "workspaces_per_user_quota", b"workspaces_per_user_quota", "workspaces_quota", b"workspaces_quota"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__max_active_hours_before_stop: _TypeAlias = _typing.Literal["max_active_hours_before_stop"]  # noqa: Y015
+    _WhichOneofArgType__max_active_hours_before_stop: _TypeAlias = _typing.Literal["_max_active_hours_before_stop", b"_max_active_hours_before_stop"]  # noqa: Y015
+    _WhichOneofReturnType__max_stopped_hours_before_termination: _TypeAlias = _typing.Literal["max_stopped_hours_before_termination"]  # noqa: Y015
+    _WhichOneofArgType__max_stopped_hours_before_termination: _TypeAlias = _typing.Literal["_max_stopped_hours_before_termination", b"_max_stopped_hours_before_termination"]  # noqa: Y015
+    _WhichOneofReturnType__workspaces_per_user_quota: _TypeAlias = _typing.Literal["workspaces_per_user_quota"]  # noqa: Y015
+    _WhichOneofArgType__workspaces_per_user_quota: _TypeAlias = _typing.Literal["_workspaces_per_user_quota", b"_workspaces_per_user_quota"]  # noqa: Y015
+    _WhichOneofReturnType__workspaces_quota: _TypeAlias = _typing.Literal["workspaces_quota"]  # noqa: Y015
+    _WhichOneofArgType__workspaces_quota: _TypeAlias = _typing.Literal["_workspaces_quota", b"_workspaces_quota"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_active_hours_before_stop) -> _WhichOneofReturnType__max_active_hours_before_stop | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_stopped_hours_before_termination) -> _WhichOneofReturnType__max_stopped_hours_before_termination | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__workspaces_per_user_quota) -> _WhichOneofReturnType__workspaces_per_user_quota | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__workspaces_quota) -> _WhichOneofReturnType__workspaces_quota | None: ...
 
 Global___RemoteDevelopmentCF: _TypeAlias = RemoteDevelopmentCF  # noqa: Y015
 

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from tether.pb.gitlab.agent.agent_tracker import agent_tracker_pb2 as gitlab_dot_agent_dot_agent__tracker_dot_agent__tracker__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1egitlab/agent/event/event.proto\x12\x12gitlab.agent.event\x1a.gitlab/agent/agent_tracker/agent_tracker.proto\"(\n\x07Project\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x11\n\tfull_path\x18\x02 \x01(\t\"<\n\x0cGitPushEvent\x12,\n\x07project\x18\x01 \x01(\x0b\x32\x1b.gitlab.agent.event.Project\"N\n\x0e\x41gentConnected\x12<\n\x04info\x18\x01 \x01(\x0b\x32..gitlab.agent.agent_tracker.ConnectedAgentInfo\"Q\n\x11\x41gentDisconnected\x12<\n\x04info\x18\x01 \x01(\x0b\x32..gitlab.agent.agent_tracker.ConnectedAgentInfo\"5\n\x10TunnelsAvailable\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\x03\x12\x0f\n\x07kas_url\x18\x02 \x01(\tb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1egitlab/agent/event/event.proto\x12\x12gitlab.agent.event\x1a.gitlab/agent/agent_tracker/agent_tracker.proto\"(\n\x07Project\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x11\n\tfull_path\x18\x02 \x01(\t\"<\n\x0cGitPushEvent\x12,\n\x07project\x18\x01 \x01(\x0b\x32\x1b.gitlab.agent.event.Project\"N\n\x0e\x41gentConnected\x12<\n\x04info\x18\x01 \x01(\x0b\x32..gitlab.agent.agent_tracker.ConnectedAgentInfo\"Q\n\x11\x41gentDisconnected\x12<\n\x04info\x18\x01 \x01(\x0b\x32..gitlab.agent.agent_tracker.ConnectedAgentInfo\"5\n\x10TunnelsAvailable\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\x03\x12\x0f\n\x07kas_url\x18\x02 \x01(\t\";\n\x11\x41gentTokenRevoked\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\x03\x12\x14\n\x0ctoken_sha256\x18\x02 \x03(\x0c\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -42,4 +42,6 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_AGENTDISCONNECTED']._serialized_end=367
   _globals['_TUNNELSAVAILABLE']._serialized_start=369
   _globals['_TUNNELSAVAILABLE']._serialized_end=422
+  _globals['_AGENTTOKENREVOKED']._serialized_start=424
+  _globals['_AGENTTOKENREVOKED']._serialized_end=483
 # @@protoc_insertion_point(module_scope)

@@ -6,9 +6,11 @@ google.protobuf.Any. GitPushEvent is upstream's; the agent connection and tunnel
 additions that implement seed 000 ("For both events kas publishes a notification to a pub-sub channel").
 """
 
+from collections import abc as _abc
 from tether.pb.gitlab.agent.agent_tracker import agent_tracker_pb2 as _agent_tracker_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf.internal import containers as _containers
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -129,3 +131,30 @@ class TunnelsAvailable(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TunnelsAvailable: _TypeAlias = TunnelsAvailable  # noqa: Y015
+
+@_typing.final
+class AgentTokenRevoked(_message.Message):
+    """Agent tokens were revoked in the hub: every kas forgets them and closes what they opened (issue 9 item 7)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    TOKEN_SHA256_FIELD_NUMBER: _builtins.int
+    agent_id: _builtins.int
+    @_builtins.property
+    def token_sha256(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
+        """SHA-256 of each revoked token (32 bytes)."""
+
+    def __init__(
+        self,
+        *,
+        agent_id: _builtins.int = ...,
+        token_sha256: _abc.Iterable[_builtins.bytes] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "token_sha256", b"token_sha256"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AgentTokenRevoked: _TypeAlias = AgentTokenRevoked  # noqa: Y015

@@ -22,9 +22,10 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from tether.pb.gitlab.agent.kubernetes_api.rpc import rpc_pb2 as gitlab_dot_agent_dot_kubernetes__api_dot_rpc_dot_rpc__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n gitlab/agent/graph/rpc/rpc.proto\x12\x16gitlab.agent.graph.rpc\"w\n\x0eObjectSelector\x12\x16\n\x0elabel_selector\x18\x01 \x01(\t\x12\x16\n\x0e\x66ield_selector\x18\x02 \x01(\t\x12\"\n\x1aobject_selector_expression\x18\x03 \x01(\t\x12\x11\n\tjson_path\x18\x04 \x01(\t\"l\n\x0cQueryInclude\x12$\n\x1cresource_selector_expression\x18\x01 \x01(\t\x12\x36\n\x06object\x18\x02 \x01(\x0b\x32&.gitlab.agent.graph.rpc.ObjectSelector\"4\n\x0cQueryExclude\x12$\n\x1cresource_selector_expression\x18\x01 \x01(\t\"\x82\x01\n\x05Query\x12\x37\n\x07include\x18\x01 \x01(\x0b\x32$.gitlab.agent.graph.rpc.QueryIncludeH\x00\x12\x37\n\x07\x65xclude\x18\x02 \x01(\x0b\x32$.gitlab.agent.graph.rpc.QueryExcludeH\x00\x42\x07\n\x05query\"o\n\nNamespaces\x12\r\n\x05names\x18\x01 \x03(\t\x12\x16\n\x0elabel_selector\x18\x02 \x01(\t\x12\x16\n\x0e\x66ield_selector\x18\x03 \x01(\t\x12\"\n\x1aobject_selector_expression\x18\x04 \x01(\t\"J\n\x05Roots\x12#\n\x1bobject_selector_expressions\x18\x01 \x03(\t\x12\x1c\n\x14ignore_arc_direction\x18\x02 \x03(\t\"\xa9\x01\n\x11WatchGraphRequest\x12.\n\x07queries\x18\x01 \x03(\x0b\x32\x1d.gitlab.agent.graph.rpc.Query\x12\x36\n\nnamespaces\x18\x02 \x01(\x0b\x32\".gitlab.agent.graph.rpc.Namespaces\x12,\n\x05roots\x18\x03 \x01(\x0b\x32\x1d.gitlab.agent.graph.rpc.Roots\"[\n\x06Vertex\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x10\n\x08resource\x18\x03 \x01(\t\x12\x11\n\tnamespace\x18\x04 \x01(\t\x12\x0c\n\x04name\x18\x05 \x01(\t\"^\n\tSetVertex\x12.\n\x06vertex\x18\x01 \x01(\x0b\x32\x1e.gitlab.agent.graph.rpc.Vertex\x12\x0e\n\x06object\x18\x02 \x01(\x0c\x12\x11\n\tjson_path\x18\x03 \x01(\x0c\">\n\x0c\x44\x65leteVertex\x12.\n\x06vertex\x18\x01 \x01(\x0b\x32\x1e.gitlab.agent.graph.rpc.Vertex\"^\n\rArcAttributes\x12\x12\n\ncontroller\x18\x01 \x01(\x08\x12\x1c\n\x14\x62lock_owner_deletion\x18\x02 \x01(\x08\x12\x1b\n\x13\x64\x65stination_missing\x18\x03 \x01(\x08\"\xb6\x01\n\x06SetArc\x12.\n\x06source\x18\x01 \x01(\x0b\x32\x1e.gitlab.agent.graph.rpc.Vertex\x12\x33\n\x0b\x64\x65stination\x18\x02 \x01(\x0b\x32\x1e.gitlab.agent.graph.rpc.Vertex\x12\x0c\n\x04type\x18\x03 \x01(\t\x12\x39\n\nattributes\x18\x04 \x01(\x0b\x32%.gitlab.agent.graph.rpc.ArcAttributes\"~\n\tDeleteArc\x12.\n\x06source\x18\x01 \x01(\x0b\x32\x1e.gitlab.agent.graph.rpc.Vertex\x12\x33\n\x0b\x64\x65stination\x18\x02 \x01(\x0b\x32\x1e.gitlab.agent.graph.rpc.Vertex\x12\x0c\n\x04type\x18\x03 \x01(\t\"\xf6\x01\n\x06\x41\x63tion\x12\x37\n\nset_vertex\x18\x01 \x01(\x0b\x32!.gitlab.agent.graph.rpc.SetVertexH\x00\x12=\n\rdelete_vertex\x18\x02 \x01(\x0b\x32$.gitlab.agent.graph.rpc.DeleteVertexH\x00\x12\x31\n\x07set_arc\x18\x03 \x01(\x0b\x32\x1e.gitlab.agent.graph.rpc.SetArcH\x00\x12\x37\n\ndelete_arc\x18\x04 \x01(\x0b\x32!.gitlab.agent.graph.rpc.DeleteArcH\x00\x42\x08\n\x06\x61\x63tion\"\xa0\x01\n\x07Warning\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x43\n\nattributes\x18\x03 \x03(\x0b\x32/.gitlab.agent.graph.rpc.Warning.AttributesEntry\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"x\n\x12WatchGraphResponse\x12/\n\x07\x61\x63tions\x18\x01 \x03(\x0b\x32\x1e.gitlab.agent.graph.rpc.Action\x12\x31\n\x08warnings\x18\x02 \x03(\x0b\x32\x1f.gitlab.agent.graph.rpc.Warningb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n gitlab/agent/graph/rpc/rpc.proto\x12\x16gitlab.agent.graph.rpc\x1a)gitlab/agent/kubernetes_api/rpc/rpc.proto\"w\n\x0eObjectSelector\x12\x16\n\x0elabel_selector\x18\x01 \x01(\t\x12\x16\n\x0e\x66ield_selector\x18\x02 \x01(\t\x12\"\n\x1aobject_selector_expression\x18\x03 \x01(\t\x12\x11\n\tjson_path\x18\x04 \x01(\t\"l\n\x0cQueryInclude\x12$\n\x1cresource_selector_expression\x18\x01 \x01(\t\x12\x36\n\x06object\x18\x02 \x01(\x0b\x32&.gitlab.agent.graph.rpc.ObjectSelector\"4\n\x0cQueryExclude\x12$\n\x1cresource_selector_expression\x18\x01 \x01(\t\"\x82\x01\n\x05Query\x12\x37\n\x07include\x18\x01 \x01(\x0b\x32$.gitlab.agent.graph.rpc.QueryIncludeH\x00\x12\x37\n\x07\x65xclude\x18\x02 \x01(\x0b\x32$.gitlab.agent.graph.rpc.QueryExcludeH\x00\x42\x07\n\x05query\"o\n\nNamespaces\x12\r\n\x05names\x18\x01 \x03(\t\x12\x16\n\x0elabel_selector\x18\x02 \x01(\t\x12\x16\n\x0e\x66ield_selector\x18\x03 \x01(\t\x12\"\n\x1aobject_selector_expression\x18\x04 \x01(\t\"J\n\x05Roots\x12#\n\x1bobject_selector_expressions\x18\x01 \x03(\t\x12\x1c\n\x14ignore_arc_direction\x18\x02 \x03(\t\"\xf6\x01\n\x11WatchGraphRequest\x12.\n\x07queries\x18\x01 \x03(\x0b\x32\x1d.gitlab.agent.graph.rpc.Query\x12\x36\n\nnamespaces\x18\x02 \x01(\x0b\x32\".gitlab.agent.graph.rpc.Namespaces\x12,\n\x05roots\x18\x03 \x01(\x0b\x32\x1d.gitlab.agent.graph.rpc.Roots\x12K\n\rimpersonation\x18\x04 \x01(\x0b\x32\x34.gitlab.agent.kubernetes_api.rpc.ImpersonationConfig\"[\n\x06Vertex\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x10\n\x08resource\x18\x03 \x01(\t\x12\x11\n\tnamespace\x18\x04 \x01(\t\x12\x0c\n\x04name\x18\x05 \x01(\t\"^\n\tSetVertex\x12.\n\x06vertex\x18\x01 \x01(\x0b\x32\x1e.gitlab.agent.graph.rpc.Vertex\x12\x0e\n\x06object\x18\x02 \x01(\x0c\x12\x11\n\tjson_path\x18\x03 \x01(\x0c\">\n\x0c\x44\x65leteVertex\x12.\n\x06vertex\x18\x01 \x01(\x0b\x32\x1e.gitlab.agent.graph.rpc.Vertex\"^\n\rArcAttributes\x12\x12\n\ncontroller\x18\x01 \x01(\x08\x12\x1c\n\x14\x62lock_owner_deletion\x18\x02 \x01(\x08\x12\x1b\n\x13\x64\x65stination_missing\x18\x03 \x01(\x08\"\xb6\x01\n\x06SetArc\x12.\n\x06source\x18\x01 \x01(\x0b\x32\x1e.gitlab.agent.graph.rpc.Vertex\x12\x33\n\x0b\x64\x65stination\x18\x02 \x01(\x0b\x32\x1e.gitlab.agent.graph.rpc.Vertex\x12\x0c\n\x04type\x18\x03 \x01(\t\x12\x39\n\nattributes\x18\x04 \x01(\x0b\x32%.gitlab.agent.graph.rpc.ArcAttributes\"~\n\tDeleteArc\x12.\n\x06source\x18\x01 \x01(\x0b\x32\x1e.gitlab.agent.graph.rpc.Vertex\x12\x33\n\x0b\x64\x65stination\x18\x02 \x01(\x0b\x32\x1e.gitlab.agent.graph.rpc.Vertex\x12\x0c\n\x04type\x18\x03 \x01(\t\"\xf6\x01\n\x06\x41\x63tion\x12\x37\n\nset_vertex\x18\x01 \x01(\x0b\x32!.gitlab.agent.graph.rpc.SetVertexH\x00\x12=\n\rdelete_vertex\x18\x02 \x01(\x0b\x32$.gitlab.agent.graph.rpc.DeleteVertexH\x00\x12\x31\n\x07set_arc\x18\x03 \x01(\x0b\x32\x1e.gitlab.agent.graph.rpc.SetArcH\x00\x12\x37\n\ndelete_arc\x18\x04 \x01(\x0b\x32!.gitlab.agent.graph.rpc.DeleteArcH\x00\x42\x08\n\x06\x61\x63tion\"\xa0\x01\n\x07Warning\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x43\n\nattributes\x18\x03 \x03(\x0b\x32/.gitlab.agent.graph.rpc.Warning.AttributesEntry\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"x\n\x12WatchGraphResponse\x12/\n\x07\x61\x63tions\x18\x01 \x03(\x0b\x32\x1e.gitlab.agent.graph.rpc.Action\x12\x31\n\x08warnings\x18\x02 \x03(\x0b\x32\x1f.gitlab.agent.graph.rpc.Warningb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,38 +34,38 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_WARNING_ATTRIBUTESENTRY']._loaded_options = None
   _globals['_WARNING_ATTRIBUTESENTRY']._serialized_options = b'8\001'
-  _globals['_OBJECTSELECTOR']._serialized_start=60
-  _globals['_OBJECTSELECTOR']._serialized_end=179
-  _globals['_QUERYINCLUDE']._serialized_start=181
-  _globals['_QUERYINCLUDE']._serialized_end=289
-  _globals['_QUERYEXCLUDE']._serialized_start=291
-  _globals['_QUERYEXCLUDE']._serialized_end=343
-  _globals['_QUERY']._serialized_start=346
-  _globals['_QUERY']._serialized_end=476
-  _globals['_NAMESPACES']._serialized_start=478
-  _globals['_NAMESPACES']._serialized_end=589
-  _globals['_ROOTS']._serialized_start=591
-  _globals['_ROOTS']._serialized_end=665
-  _globals['_WATCHGRAPHREQUEST']._serialized_start=668
-  _globals['_WATCHGRAPHREQUEST']._serialized_end=837
-  _globals['_VERTEX']._serialized_start=839
-  _globals['_VERTEX']._serialized_end=930
-  _globals['_SETVERTEX']._serialized_start=932
-  _globals['_SETVERTEX']._serialized_end=1026
-  _globals['_DELETEVERTEX']._serialized_start=1028
-  _globals['_DELETEVERTEX']._serialized_end=1090
-  _globals['_ARCATTRIBUTES']._serialized_start=1092
-  _globals['_ARCATTRIBUTES']._serialized_end=1186
-  _globals['_SETARC']._serialized_start=1189
-  _globals['_SETARC']._serialized_end=1371
-  _globals['_DELETEARC']._serialized_start=1373
-  _globals['_DELETEARC']._serialized_end=1499
-  _globals['_ACTION']._serialized_start=1502
-  _globals['_ACTION']._serialized_end=1748
-  _globals['_WARNING']._serialized_start=1751
-  _globals['_WARNING']._serialized_end=1911
-  _globals['_WARNING_ATTRIBUTESENTRY']._serialized_start=1862
-  _globals['_WARNING_ATTRIBUTESENTRY']._serialized_end=1911
-  _globals['_WATCHGRAPHRESPONSE']._serialized_start=1913
-  _globals['_WATCHGRAPHRESPONSE']._serialized_end=2033
+  _globals['_OBJECTSELECTOR']._serialized_start=103
+  _globals['_OBJECTSELECTOR']._serialized_end=222
+  _globals['_QUERYINCLUDE']._serialized_start=224
+  _globals['_QUERYINCLUDE']._serialized_end=332
+  _globals['_QUERYEXCLUDE']._serialized_start=334
+  _globals['_QUERYEXCLUDE']._serialized_end=386
+  _globals['_QUERY']._serialized_start=389
+  _globals['_QUERY']._serialized_end=519
+  _globals['_NAMESPACES']._serialized_start=521
+  _globals['_NAMESPACES']._serialized_end=632
+  _globals['_ROOTS']._serialized_start=634
+  _globals['_ROOTS']._serialized_end=708
+  _globals['_WATCHGRAPHREQUEST']._serialized_start=711
+  _globals['_WATCHGRAPHREQUEST']._serialized_end=957
+  _globals['_VERTEX']._serialized_start=959
+  _globals['_VERTEX']._serialized_end=1050
+  _globals['_SETVERTEX']._serialized_start=1052
+  _globals['_SETVERTEX']._serialized_end=1146
+  _globals['_DELETEVERTEX']._serialized_start=1148
+  _globals['_DELETEVERTEX']._serialized_end=1210
+  _globals['_ARCATTRIBUTES']._serialized_start=1212
+  _globals['_ARCATTRIBUTES']._serialized_end=1306
+  _globals['_SETARC']._serialized_start=1309
+  _globals['_SETARC']._serialized_end=1491
+  _globals['_DELETEARC']._serialized_start=1493
+  _globals['_DELETEARC']._serialized_end=1619
+  _globals['_ACTION']._serialized_start=1622
+  _globals['_ACTION']._serialized_end=1868
+  _globals['_WARNING']._serialized_start=1871
+  _globals['_WARNING']._serialized_end=2031
+  _globals['_WARNING_ATTRIBUTESENTRY']._serialized_start=1982
+  _globals['_WARNING_ATTRIBUTESENTRY']._serialized_end=2031
+  _globals['_WATCHGRAPHRESPONSE']._serialized_start=2033
+  _globals['_WATCHGRAPHRESPONSE']._serialized_end=2153
 # @@protoc_insertion_point(module_scope)

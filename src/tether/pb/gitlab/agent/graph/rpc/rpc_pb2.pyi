@@ -13,6 +13,7 @@ supports the Graph API.
 """
 
 from collections import abc as _abc
+from tether.pb.gitlab.agent.kubernetes_api.rpc import rpc_pb2 as _rpc_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
@@ -189,6 +190,7 @@ class WatchGraphRequest(_message.Message):
     QUERIES_FIELD_NUMBER: _builtins.int
     NAMESPACES_FIELD_NUMBER: _builtins.int
     ROOTS_FIELD_NUMBER: _builtins.int
+    IMPERSONATION_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def queries(self) -> _containers.RepeatedCompositeFieldContainer[Global___Query]: ...
     @_builtins.property
@@ -199,16 +201,24 @@ class WatchGraphRequest(_message.Message):
     def roots(self) -> Global___Roots:
         """Absent: no root filtering."""
 
+    @_builtins.property
+    def impersonation(self) -> _rpc_pb2.ImpersonationConfig:
+        """The identity the graph is computed as (user_access access_as: user): agentk lists and watches with
+        these Impersonate-* headers and confirms it in the response header "tether-graph-identity: impersonated";
+        kas refuses the stream without that confirmation. Absent: agentk's own identity (access_as: agent).
+        """
+
     def __init__(
         self,
         *,
         queries: _abc.Iterable[Global___Query] | None = ...,
         namespaces: Global___Namespaces | None = ...,
         roots: Global___Roots | None = ...,
+        impersonation: _rpc_pb2.ImpersonationConfig | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["namespaces", b"namespaces", "roots", b"roots"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["impersonation", b"impersonation", "namespaces", b"namespaces", "roots", b"roots"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespaces", b"namespaces", "queries", b"queries", "roots", b"roots"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["impersonation", b"impersonation", "namespaces", b"namespaces", "queries", b"queries", "roots", b"roots"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

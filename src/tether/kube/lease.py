@@ -1,0 +1,176 @@
+"""Leader election with a ``coordination.k8s.io/v1`` Lease (client-go's ``leaderelection`` behaviour).
+
+The holder renews ``spec.renewTime`` every ``retry_period_s``; a candidate takes the Lease over when it has
+seen the same ``renewTime`` unchanged for ``lease_duration_s`` (measured on its own clock, so clock skew
+between pods does not matter). Every write is an optimistic update on ``resourceVersion``: two candidates
+cannot both win. A leader that cannot renew for ``renew_deadline_s`` stops leading; on a clean stop it
+releases the Lease so a successor takes over at once. Upstream agentk: Lease ``agent-<id>-lock`` in the pod's
+namespace, identity the pod name, 15 s / 10 s / 2 s (reference workspaces.md §5.1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+
+from tether.kube.client import KubeApiError, KubeClient, KubeError
+
+_log = structlog.get_logger(__name__)
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaderElector:
+    """Runs ``lead()`` while this process holds the Lease.
+
+    Args:
+        client: API client.
+        namespace: the Lease's namespace (the agentk pod's).
+        name: the Lease's name, e.g. ``agent-7-lock``.
+        identity: this candidate (the pod name; unique among the replicas).
+        lease_duration_s, renew_deadline_s, retry_period_s: the timings (upstream 15 / 10 / 2).
+    """
+
+    def __init__(
+        self,
+        client: KubeClient,
+        namespace: str,
+        name: str,
+        identity: str,
+        *,
+        lease_duration_s: float = 15.0,
+        renew_deadline_s: float = 10.0,
+        retry_period_s: float = 2.0,
+    ) -> None:
+        self._client = client
+        self._path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
+        self._collection = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+        self._namespace = namespace
+        self.name = name
+        self.identity = identity
+        self._duration = lease_duration_s
+        self._deadline = renew_deadline_s
+        self._retry = retry_period_s
+        self._observed: tuple[str, str, float] | None = None  # (holder, renewTime, local time first seen)
+        self.leading = False
+
+    async def run(self, lead: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Forever: acquire, run ``lead()`` while renewing, cancel it when leadership is lost, try again.
+
+        ``lead`` is cancelled when leadership is lost or when ``run`` itself is cancelled; the Lease is then
+        released (best effort).
+        """
+        try:
+            while True:
+                await self._acquire()
+                self.leading = True
+                _log.info("leader_elected", lease=self.name, identity=self.identity)
+                task = asyncio.create_task(lead(), name=f"leader {self.name}")
+                try:
+                    await self._renew_until_lost(task)
+                finally:
+                    self.leading = False
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
+                _log.warning("leader_lost", lease=self.name, identity=self.identity)
+        finally:
+            with contextlib.suppress(KubeError, asyncio.CancelledError):
+                await asyncio.shield(self._release())
+
+    async def _acquire(self) -> None:
+        while True:
+            try:
+                if await self._try_acquire_or_renew():
+                    return
+            except KubeError as exc:
+                _log.warning("leader_election_error", lease=self.name, error=str(exc))
+            await asyncio.sleep(self._retry)
+
+    async def _renew_until_lost(self, task: asyncio.Task[None]) -> None:
+        last_renewed = time.monotonic()
+        while not task.done():
+            await asyncio.wait({task}, timeout=self._retry)
+            if task.done():
+                break
+            try:
+                if await self._try_acquire_or_renew():
+                    last_renewed = time.monotonic()
+                    continue
+                return  # someone else holds it now
+            except KubeError as exc:
+                _log.warning("lease_renew_failed", lease=self.name, error=str(exc))
+            if time.monotonic() - last_renewed > self._deadline:
+                return
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            _log.error("leader_task_failed", lease=self.name, error=repr(task.exception()))
+
+    def _spec(self, acquire: bool, previous: dict[str, Any] | None) -> dict[str, Any]:
+        now = _now()
+        spec: dict[str, Any] = {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": round(self._duration),
+            "renewTime": now,
+            "acquireTime": now if acquire else (previous or {}).get("acquireTime", now),
+            "leaseTransitions": int((previous or {}).get("leaseTransitions", 0)) + (1 if acquire and previous else 0),
+        }
+        return spec
+
+    async def _try_acquire_or_renew(self) -> bool:
+        try:
+            lease = await self._client.get_json(self._path)
+        except KubeApiError as exc:
+            if exc.status != 404:
+                raise
+            body = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self._namespace},
+                "spec": self._spec(True, None),
+            }
+            try:
+                await self._client.send_json("POST", self._collection, body)
+            except KubeApiError as create_error:
+                if create_error.status == 409:
+                    return False
+                raise
+            return True
+        spec = lease.get("spec") or {}
+        holder = str(spec.get("holderIdentity") or "")
+        renew = str(spec.get("renewTime") or "")
+        if holder and holder != self.identity:
+            now = time.monotonic()
+            if self._observed is None or self._observed[:2] != (holder, renew):
+                self._observed = (holder, renew, now)
+                return False
+            duration = float(spec.get("leaseDurationSeconds") or self._duration)
+            if now - self._observed[2] < duration:
+                return False
+        lease["spec"] = self._spec(holder != self.identity, spec)
+        try:
+            await self._client.send_json("PUT", self._path, lease)
+        except KubeApiError as exc:
+            if exc.status == 409:  # someone else wrote it first
+                return False
+            raise
+        return True
+
+    async def _release(self) -> None:
+        lease = await self._client.get_json(self._path)
+        spec = lease.get("spec") or {}
+        if spec.get("holderIdentity") != self.identity:
+            return
+        spec["holderIdentity"] = ""
+        spec["leaseDurationSeconds"] = 1
+        spec["renewTime"] = _now()
+        lease["spec"] = spec
+        await self._client.send_json("PUT", self._path, lease)
+        _log.info("lease_released", lease=self.name, identity=self.identity)

@@ -1,0 +1,107 @@
+"""An agent module's HTTP request to the hub, carried by kas' ``gitlab_access`` module.
+
+Upstream ``modagent.Api.MakeGitLabRequest``: the request goes to
+``/api/v4/internal/kubernetes/modules/<module>/<path>``; the answer comes back with the hub's status,
+headers and body unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import grpc
+from google.protobuf import any_pb2
+from grpc import aio
+
+from tether.pb.gitlab.agent.gitlab_access.rpc import rpc_pb2, rpc_pb2_grpc
+from tether.pb.gitlab.agent.grpctool import grpctool_pb2
+from tether.pb.gitlab.agent.prototool import prototool_pb2
+from tether.tool.grpc_meta import Metadata
+
+_CHUNK_BYTES = 64 * 1024
+#: Codes after which the same request may simply be sent again later.
+RETRYABLE = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED}
+)
+
+
+class GitlabRequestError(Exception):
+    """The request did not reach the hub or its answer was lost; ``retryable`` says whether to try again."""
+
+    def __init__(self, message: str, retryable: bool) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+@dataclass(frozen=True)
+class GitlabResponse:
+    """The hub's answer: status code, headers (name -> values) and body."""
+
+    status: int
+    headers: dict[str, list[str]]
+    body: bytes
+
+
+async def make_gitlab_request(
+    channel: aio.Channel,
+    metadata: Metadata,
+    module_name: str,
+    path: str,
+    *,
+    method: str = "GET",
+    body: bytes = b"",
+    headers: dict[str, str] | None = None,
+    timeout_s: float = 60.0,
+) -> GitlabResponse:
+    """Send one module request through kas.
+
+    Args:
+        channel: the connection to kas.
+        metadata: the call metadata carrying ``authorization: Bearer <agent token>``.
+        module_name: the calling module, e.g. ``remote_development``.
+        path: the module path, e.g. ``/reconcile``.
+        method: the HTTP method.
+        body: the request body (JSON).
+        headers: extra request headers.
+        timeout_s: deadline of the whole call in seconds.
+
+    Raises:
+        GitlabRequestError: kas refused the call or the hub could not be reached (``retryable`` for
+            UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED).
+    """
+    extra = any_pb2.Any()
+    extra.Pack(rpc_pb2.HeaderExtra(module_name=module_name))
+    request = prototool_pb2.HttpRequest(method=method, url_path=path)
+    for key, value in (headers or {}).items():
+        request.header[key].value.append(value)
+    request.header["Content-Type"].value.append("application/json")
+
+    async def messages() -> AsyncIterator[grpctool_pb2.HttpRequest]:
+        yield grpctool_pb2.HttpRequest(
+            header=grpctool_pb2.HttpRequest.Header(request=request, extra=extra, content_length=len(body))
+        )
+        for start in range(0, len(body), _CHUNK_BYTES):
+            yield grpctool_pb2.HttpRequest(data=grpctool_pb2.HttpRequest.Data(data=body[start : start + _CHUNK_BYTES]))
+        yield grpctool_pb2.HttpRequest(trailer=grpctool_pb2.HttpRequest.Trailer())
+
+    stub = rpc_pb2_grpc.GitlabAccessStub(channel)
+    status = 0
+    answer_headers: dict[str, list[str]] = {}
+    data = bytearray()
+    try:
+        call = stub.MakeRequest(messages(), metadata=tuple(metadata), timeout=timeout_s)
+        async for message in call:
+            kind = message.WhichOneof("message")
+            if kind == "header":
+                status = message.header.response.status_code
+                answer_headers = {k: list(v.value) for k, v in message.header.response.header.items()}
+            elif kind == "data":
+                data += message.data.data
+    except aio.AioRpcError as exc:
+        raise GitlabRequestError(
+            f"{module_name}{path} through kas: {exc.code().name}: {exc.details()}", exc.code() in RETRYABLE
+        ) from exc
+    if status == 0:
+        raise GitlabRequestError(f"{module_name}{path} through kas: no response header", True)
+    return GitlabResponse(status, answer_headers, bytes(data))

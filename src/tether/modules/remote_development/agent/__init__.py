@@ -1,0 +1,1 @@
+"""agentk half of ``remote_development``: the leader-only reconcile loop (reference §5)."""

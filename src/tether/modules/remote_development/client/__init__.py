@@ -1,0 +1,1 @@
+"""User-side client of the workspaces API: ``tether workspace`` (over the hub's GraphQL API)."""

@@ -1,0 +1,62 @@
+"""aiohttp servers that never log or echo a malformed request (issue 9 item 7).
+
+aiohttp's parser refuses a control character in a header value, an over-long line, a bad request line; its
+default error handler then logs the offending line with a traceback and sends it back in the 400 body. That
+line may be ``Authorization: Bearer <token>`` or a session cookie, so every HTTP listener of Tether is built
+with :class:`SafeServer` (low-level) or :class:`SafeAppRunner` (an ``Application``): a malformed request gets
+a fixed 400 body and a log line naming only the error's type and the peer.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestHandler
+
+__all__ = ["MALFORMED_REQUEST_BODY", "SafeAppRunner", "SafeServer"]
+
+log = logging.getLogger(__name__)
+
+#: The whole 400 body for a request aiohttp cannot parse.
+MALFORMED_REQUEST_BODY = "400 Bad Request: malformed request line or header (e.g. a control character)\n"
+
+
+class _SafeRequestHandler(RequestHandler):
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if not isinstance(exc, HttpProcessingError):
+            return super().handle_error(request, status, exc, message)
+        # The exception's text quotes the raw request bytes: log and answer without it.
+        log.info("malformed HTTP request from %s refused: %s", request.remote, type(exc).__name__)
+        response = web.Response(status=400, text=MALFORMED_REQUEST_BODY)
+        response.force_close()
+        return response
+
+
+class SafeServer(web.Server):
+    """``aiohttp.web.Server`` whose connections use the redacting error handler (same arguments)."""
+
+    def __call__(self) -> RequestHandler:
+        """A protocol handler for one new connection."""
+        return _SafeRequestHandler(self, loop=self._loop, **self._kwargs)
+
+
+class SafeAppRunner(web.AppRunner):
+    """``aiohttp.web.AppRunner`` serving the application through a :class:`SafeServer` (same arguments)."""
+
+    async def _make_server(self) -> web.Server:
+        plain = await super()._make_server()  # runs the application's start-up
+        return SafeServer(
+            plain.request_handler,
+            request_factory=plain.request_factory,
+            handler_cancellation=plain.handler_cancellation,
+            loop=plain._loop,
+            **plain._kwargs,
+        )

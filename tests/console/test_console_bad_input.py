@@ -1,0 +1,159 @@
+"""Bad input on the console's routes, against the real hub: sessions, CSRF, other users' data, HTML in names.
+
+Plain HTTP (httpx) is enough here: these are the requests a hostile page or a curious user could send.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import aiohttp
+import httpx
+import pytest
+
+from tests.fixtures.hub import RealHub
+
+PAGES = ["/projects", "/tokens", "/workspaces", "/projects/1", "/projects/1/agents/1", "/projects/1/agents/1/graph"]
+
+
+def browser_for(hub: RealHub, login: str, token: str) -> tuple[httpx.Client, str]:
+    """An httpx client signed in through the console's form; returns it and the session's CSRF token."""
+    client = httpx.Client(base_url=hub.url, timeout=30)
+    answer = client.post("/sign_in", data={"login": login, "token": token})
+    assert answer.status_code == 303, answer.text
+    page = client.get("/projects")
+    found = re.search(r'<meta name="csrf-token" content="([^"]+)">', page.text)
+    assert found is not None, page.text
+    return client, found.group(1)
+
+
+def test_pages_need_a_session(hub: RealHub) -> None:
+    with httpx.Client(base_url=hub.url, timeout=30) as anonymous:
+        for path in PAGES:
+            answer = anonymous.get(path)
+            assert (answer.status_code, answer.headers.get("location")) == (303, "/"), path
+        answer = anonymous.get("/projects", headers={"HX-Request": "true"})
+        assert (answer.status_code, answer.headers.get("HX-Redirect")) == (401, "/")
+        anonymous.cookies.set("_gitlab_session", "made-up")
+        assert anonymous.get("/projects").status_code == 303
+        assert anonymous.post("/projects", data={"name": "x"}).status_code == 303
+    assert hub.db.rows("SELECT id FROM projects") == []
+
+
+def test_no_change_without_the_sessions_csrf_token(hub: RealHub) -> None:
+    _uid, token = hub.user("alice")
+    alice, csrf = browser_for(hub, "alice", token)
+    before = hub.db.snapshot(ignore=("user_sessions.last_used_at",))
+    for data, headers in (
+        ({"name": "p1"}, {}),
+        ({"name": "p1", "authenticity_token": "not-the-token"}, {}),
+        ({"name": "p1"}, {"X-Csrf-Token": csrf + "x"}),
+        ({"name": "p1", "authenticity_token": csrf}, {"Origin": "http://evil.example"}),
+    ):
+        answer = alice.post("/projects", data=data, headers=headers)
+        assert answer.status_code == 403, answer.text
+        assert "CSRF" in answer.text or "another origin" in answer.text
+    assert alice.post("/tokens", data={"name": "t", "scope_k8s_proxy": "1"}).status_code == 403
+    assert alice.post("/sign_out").status_code == 403  # the session stays
+    assert hub.db.snapshot(ignore=("user_sessions.last_used_at",)) == before
+
+    created = alice.post("/projects", data={"name": "p1", "authenticity_token": csrf})
+    assert created.status_code == 303, created.text
+    project_id = int(created.headers["location"].rsplit("/", 1)[1])
+    agent = alice.post(f"/projects/{project_id}/agents", data={"name": "a1"}, headers={"X-Csrf-Token": csrf})
+    assert agent.status_code == 303, agent.text
+    agent_path = agent.headers["location"]
+    for path, data in (
+        (f"{agent_path}/tokens", {"name": "t"}),
+        (f"{agent_path}/configuration", {"content": "observability: {}\n"}),
+    ):
+        assert alice.post(path, data=data).status_code == 403
+    assert hub.db.rows("SELECT id FROM cluster_agent_tokens") == []
+    assert hub.db.rows("SELECT agent_id FROM agent_configurations") == []
+
+
+def test_users_see_only_their_own_projects_agents_and_tokens(hub: RealHub) -> None:
+    _a, alice_token = hub.user("alice")
+    _b, bob_token = hub.user("bob")
+    alice, alice_csrf = browser_for(hub, "alice", alice_token)
+    bob, bob_csrf = browser_for(hub, "bob", bob_token)
+    project = alice.post("/projects", data={"name": "secret-project", "authenticity_token": alice_csrf})
+    project_path = project.headers["location"]
+    agent_path = alice.post(
+        f"{project_path}/agents", data={"name": "agent-x9", "authenticity_token": alice_csrf}
+    ).headers["location"]
+    alice_pat = hub.db.rows("SELECT id FROM personal_access_tokens WHERE user_id = 2")[0]["id"]
+
+    assert "secret-project" not in bob.get("/projects").text
+    for path in (project_path, agent_path, f"{agent_path}/graph", f"{agent_path}/connections"):
+        answer = bob.get(path)
+        assert answer.status_code == 404, path
+        assert "not found, or you do not have access to it" in answer.text
+        assert "agent-x9" not in answer.text and "secret-project" not in answer.text
+    stolen = bob.post(f"{agent_path}/tokens", data={"name": "mine", "authenticity_token": bob_csrf})
+    assert stolen.status_code == 404
+    revoke = bob.post(f"/tokens/{alice_pat}/revoke", data={"authenticity_token": bob_csrf})
+    assert revoke.status_code == 404
+    assert hub.db.rows("SELECT revoked FROM personal_access_tokens WHERE id = :i", i=alice_pat) == [{"revoked": False}]
+    assert hub.db.rows("SELECT id FROM cluster_agent_tokens") == []
+    assert "secret-project" in alice.get("/projects").text
+
+
+def test_html_in_names_is_escaped(hub: RealHub) -> None:
+    _uid, token = hub.user("alice")
+    alice, csrf = browser_for(hub, "alice", token)
+    evil = '<img src=x onerror="alert(1)">'
+    created = alice.post("/projects", data={"name": "p", "description": evil, "authenticity_token": csrf})
+    project_path = created.headers["location"]
+    agent_path = alice.post(f"{project_path}/agents", data={"name": "a", "authenticity_token": csrf}).headers[
+        "location"
+    ]
+    token_page = alice.post(
+        f"{agent_path}/tokens", data={"name": evil, "description": evil, "authenticity_token": csrf}
+    )
+    config = alice.post(f"{agent_path}/configuration", data={"content": f"{evil}: 1\n", "authenticity_token": csrf})
+    assert config.status_code == 400
+    for page in (alice.get("/projects"), alice.get(project_path), token_page, alice.get(agent_path), config):
+        assert "<img src=x" not in page.text
+    assert "&lt;img src=x onerror=&#34;alert(1)&#34;&gt;" in alice.get(project_path).text
+    assert "script-src 'self'" in alice.get(agent_path).headers["content-security-policy"]
+
+
+def test_personal_tokens_created_in_the_console_are_k8s_proxy_only(hub: RealHub) -> None:
+    _uid, token = hub.user("alice")
+    alice, csrf = browser_for(hub, "alice", token)
+    refused = alice.post("/tokens", data={"name": "t", "scope_api": "1", "authenticity_token": csrf})
+    assert refused.status_code == 400
+    assert "scopes can only contain available scopes (k8s_proxy)" in refused.text
+    created = alice.post("/tokens", data={"name": "t", "scope_k8s_proxy": "1", "authenticity_token": csrf})
+    assert created.status_code == 201
+    assert re.search(r"glpat-[A-Za-z0-9_-]+", created.text)
+    assert alice.get("/tokens").text.count("glpat-") == 0  # shown only once
+
+
+async def test_graph_relay_refuses_other_origins_and_needs_kas(hub: RealHub) -> None:
+    url = hub.url.replace("http://", "ws://") + "/-/console/graph?gitlab-agent-id=1&gitlab-csrf-token=x"
+    async with aiohttp.ClientSession() as client:
+        for origin in ("http://evil.example", None):
+            headers = {"Origin": origin} if origin else {}
+            try:
+                ws = await client.ws_connect(url, protocols=("gitlab-agent-graph-api",), headers=headers)
+            except aiohttp.WSServerHandshakeError as exc:
+                assert exc.status == 403
+                continue
+            message = await asyncio.wait_for(ws.receive(), 10)
+            assert message.type == aiohttp.WSMsgType.CLOSE and message.data == 1008, message
+        ws = await client.ws_connect(url, protocols=("gitlab-agent-graph-api",), headers={"Origin": hub.url})
+        error = await asyncio.wait_for(ws.receive_json(), 10)
+        assert "kas.k8s_proxy_url" in error["error"]["reason"]
+        closed = await asyncio.wait_for(ws.receive(), 10)
+        assert closed.type == aiohttp.WSMsgType.CLOSE and closed.data == 1011
+
+
+@pytest.mark.parametrize("bad", ["/projects/abc", "/projects/1/agents/x/graph", "/tokens/zz/revoke"])
+def test_malformed_ids_are_refused(hub: RealHub, bad: str) -> None:
+    _uid, token = hub.user("alice")
+    alice, _csrf = browser_for(hub, "alice", token)
+    answer = alice.get(bad) if "revoke" not in bad else alice.post(bad)
+    assert answer.status_code in (400, 404, 405, 422)

@@ -1,0 +1,69 @@
+"""Failed sign-ins and unknown tokens are throttled per client address, on kas' proxy and on the hub, and the
+throttling shows in metrics (issue 9 item 4). Real hub, kas and Redis."""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+
+import aiohttp
+import httpx
+import pytest
+
+from tests.fixtures.hub import HubLauncher
+from tests.fixtures.system import System
+from tests.hub.helpers import post_sign_in
+from tether.devenv import pki
+from tether.devenv.redis_server import RedisServer
+
+pytestmark = [pytest.mark.redis]
+
+LIMIT = 5
+
+
+async def test_kas_proxy_throttles_refused_credentials_per_address(
+    hub_launcher: HubLauncher,
+    redis_server: RedisServer,
+    private_secret_file: Path,
+    proxy_tls: pki.ClusterPki,
+    tmp_path: Path,
+) -> None:
+    hub = hub_launcher.launch()
+    (tmp_path / "system").mkdir()
+    system = System(tmp_path / "system", hub, private_secret_file, None, redis_server, proxy_tls)  # type: ignore[arg-type]
+    throttle = {"agent": {"kubernetes_api": {"failed_auth_per_source_per_minute": LIMIT}}}
+    try:
+        kas1, kas2 = system.kas(**throttle), system.kas(**throttle)
+        assert kas1.k8s_proxy_ca is not None
+        tls = ssl.create_default_context(cafile=str(kas1.k8s_proxy_ca))
+        statuses = []
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=tls)) as http:
+            for index in range(LIMIT + 2):
+                kas = (kas1, kas2)[index % 2]  # the count is shared through Redis
+                headers = {"Authorization": f"Bearer pat:1:glpat-guess-{index}"}
+                async with http.get(kas.k8s_proxy_url + "api/v1/namespaces", headers=headers) as response:
+                    statuses.append(response.status)
+                    body = await response.json()
+                    if response.status == 429:
+                        assert response.headers["Retry-After"] == "60"
+                        assert body["kind"] == "Status" and body["reason"] == "TooManyRequests", body
+        assert statuses == [401] * LIMIT + [429, 429], statuses
+        authorize_calls = hub.log.text.count("/internal/kubernetes/authorize_proxy_user")
+        assert 0 < authorize_calls <= LIMIT, "throttled requests cost no hub call"
+        assert any('tether_rate_limited_total{limit="proxy_auth_failures"}' in k.metrics() for k in (kas1, kas2))
+    finally:
+        system.stop_all()
+
+
+def test_hub_throttles_failed_sign_ins_and_unknown_tokens_per_address(hub_launcher: HubLauncher) -> None:
+    hub = hub_launcher.launch({"security.failed_auth_per_source_per_minute": LIMIT})
+    _, token = hub.user("bob")
+    statuses = [post_sign_in(hub, "bob", f"glpat-wrong-{i}").status_code for i in range(3)]
+    statuses += [hub.api(f"glpat-unknown-{i}").get("/user").status_code for i in range(LIMIT - 3 + 2)]
+    assert statuses == [401] * LIMIT + [429, 429], statuses
+    refused = post_sign_in(hub, "bob", token)
+    assert refused.status_code == 429 and refused.headers["Retry-After"] == "60"
+    assert hub.api(token).get("/user").status_code == 429, "a good token from a throttled address waits too"
+    with httpx.Client(base_url=hub.url, timeout=30) as client:
+        metrics = client.get("/-/metrics").text
+    assert 'tether_rate_limited_total{limit="hub_auth_failures"}' in metrics

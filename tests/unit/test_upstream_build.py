@@ -1,0 +1,45 @@
+"""``tether dev upstream build|path``: clear errors without sources or a build, and the cache's validity rules."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tether.devenv import upstream
+
+TETHER = str(Path(sys.executable).parent / "tether")
+
+
+def run(*args: str, cache: Path, sources: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, TETHER_CACHE_DIR=str(cache), TETHER_UPSTREAM_SOURCES=str(sources), COLUMNS="200")
+    return subprocess.run(
+        [TETHER, "dev", "upstream", *args], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+
+
+def test_build_without_sources_names_the_folder(tmp_path: Path) -> None:
+    result = run("build", cache=tmp_path / "cache", sources=tmp_path / "nowhere")
+    assert result.returncode == 1
+    assert "gitlab-agent-8daa08cc.tar.gz not found" in result.stderr
+    assert "TETHER_UPSTREAM_SOURCES" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_path_before_a_build_says_how_to_build(tmp_path: Path) -> None:
+    result = run("path", cache=tmp_path / "cache", sources=tmp_path)
+    assert result.returncode == 1
+    assert "tether dev upstream build" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_cache_problems(tmp_path: Path) -> None:
+    assert "manifest.json missing" in str(upstream.cache_problem(tmp_path))
+    (tmp_path / "manifest.json").write_text(json.dumps({"gitlab_agent": "v0", "glab": upstream.GLAB_VERSION}))
+    assert "stale" in str(upstream.cache_problem(tmp_path))
+    (tmp_path / "manifest.json").write_text(json.dumps(upstream.expected_manifest()))
+    assert "kas is missing" in str(upstream.cache_problem(tmp_path))
+    for name in upstream.BINARIES:
+        (tmp_path / name).write_text("#!/bin/sh\n")
+        (tmp_path / name).chmod(0o755)
+    assert upstream.cache_problem(tmp_path) is None
