@@ -7,7 +7,9 @@ upper bound) and never assert on timing.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import json
 import uuid
 from collections.abc import Iterator
 
@@ -16,7 +18,10 @@ import pytest
 from tests.fixtures.k8s import Kubectl
 from tests.graph.harness import EngineSession, GraphModel, exclude, include
 from tether.kube.client import KubeClient
-from tether.modules.graph.engine.engine import EngineOptions
+from tether.modules.graph.engine.engine import EngineOptions, GraphEngine
+from tether.modules.graph.engine.model import VertexId
+from tether.modules.graph.engine.request import parse_request
+from tether.modules.graph.rpc.wire import response_to_json, response_to_proto
 
 pytestmark = pytest.mark.k8s
 
@@ -449,7 +454,9 @@ async def test_roots_directed(kube: KubeClient, kubectl: Kubectl, k8s_namespace:
     async with EngineSession(kube, request) as session:
         await session.wait(has("configmaps", "config", ns), "deployment's config")
         await session.wait(
-            lambda _: session.engine.graph.nodes and any(k.resource == "pods" for k in session.engine.graph.nodes),
+            lambda _: (
+                session.engine.graph.nodes and any(VertexId(*k).resource == "pods" for k in session.engine.graph.nodes)
+            ),
             "pods in the graph",
         )
         await session.settle()
@@ -688,3 +695,29 @@ async def test_every_arc_source_is_a_sent_vertex(kube: KubeClient, kubectl: Kube
         await session.wait(lambda m: not m.names("deployments", ns), "deployment deleted")
         await session.settle()
         assert model_is_consistent(session.model)
+
+
+# ---- flow control ---------------------------------------------------------------------------------------
+
+
+async def test_a_slow_client_bounds_the_pending_vertices_without_sync_warnings(
+    kube: KubeClient, kubectl: Kubectl, k8s_namespace: str
+) -> None:
+    ns = k8s_namespace
+    items = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"cm-{i}"}} for i in range(60)]
+    kubectl.run(
+        "-n", ns, "apply", "-f", "-", input_text=json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
+    )
+    request = {"queries": [include("resource == 'configmaps'")], "namespaces": {"names": [ns]}}
+    options = EngineOptions(sync_timeout_s=1.0, max_pending_vertices=10)
+    engine = GraphEngine(kube, parse_request(json.dumps(request)), options)
+    model = GraphModel()
+    most_pending = 0
+    async with engine:
+        while len(model.names("configmaps", ns)) < 61:  # and kube-root-ca.crt
+            await asyncio.sleep(0.2)  # a client that takes one message per 200 ms
+            most_pending = max(most_pending, len(engine.graph.changes.vertices))
+            batch = await asyncio.wait_for(engine.next_batch(), 30)
+            model.apply(response_to_json(response_to_proto(batch.actions, batch.warnings)))
+    assert most_pending <= 10
+    assert "INFORMER_SYNC_FAILED" not in model.warning_types()

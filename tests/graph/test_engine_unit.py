@@ -12,7 +12,7 @@ from tether.kube.discovery import ApiResource
 from tether.kube.kubeconfig import KubeCredentials
 from tether.modules.graph.engine import engine as engine_module
 from tether.modules.graph.engine.engine import GraphEngine, _Informer
-from tether.modules.graph.engine.model import SetVertex
+from tether.modules.graph.engine.model import SetVertex, VertexId
 from tether.modules.graph.engine.request import parse_request
 from tether.modules.graph.engine.selection import select_resources
 
@@ -117,4 +117,28 @@ def test_object_filter_error_warns_once_and_excludes() -> None:
     inf.on_upsert({"metadata": {"name": "c", "namespace": "ns"}, "data": {"x": "1"}})
     assert [w.type for w in engine._warnings] == ["OBJECT_PROCESSING_FAILED"]
     assert engine._warnings[0].attributes["n"] == "a"
-    assert {v.name for v in engine.graph.nodes} == {"c"}
+    assert {VertexId(*v).name for v in engine.graph.nodes} == {"c"}
+
+
+def test_projections_kept_for_roots_are_compressed_and_sent_as_json() -> None:
+    engine = make_engine(
+        {
+            "queries": [{"include": {"resource_selector_expression": "resource == 'configmaps'"}}],
+            "roots": {"object_selector_expressions": ["name == 'root'"], "ignore_arc_direction": ["or"]},
+        }
+    )
+    cms = informer(engine, "", "configmaps")
+    data = {"k": "v" * 2000}
+    cms.on_upsert({"metadata": {"name": "child", "namespace": "ns"}, "data": data})
+    assert engine.view.take() == []  # no root yet: nothing is visible
+    (node,) = engine.graph.nodes.values()
+    assert node.packed and node.object is not None and len(node.object) < 200  # kept, compressed
+    owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": "child"}
+    cms.on_upsert({"metadata": {"name": "root", "namespace": "ns", "ownerReferences": [owner]}})
+    sent = {a.vertex.name: a for a in engine.view.take() if isinstance(a, SetVertex)}
+    assert json.loads(sent["child"].object or b"") == {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "child", "namespace": "ns"},
+        "data": data,
+    }

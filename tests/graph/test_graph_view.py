@@ -285,3 +285,94 @@ def test_client_model_converges_to_the_graph(ops, roots_enabled: bool, undirecte
     for vertex in visible:
         assert client.model.vertices[key(vertex)]["o"] == json.loads(graph.nodes[vertex].object or b"null")
     assert ATTR_DESTINATION_MISSING == 4
+
+
+def test_initial_state_sends_an_arc_once_both_ends_are_sent() -> None:
+    graph = Graph()
+    client = Client(graph, roots_enabled=False, holding=True)
+    graph.upsert(POD, node((CM, "r", 0), (SECRET, "r", 0)))
+    assert client.sync() == [SetVertex(POD, b'{"k":1}', None)]  # CM and the Secret are not listed yet
+    graph.upsert(CM, node())
+    assert client.sync() == [SetVertex(CM, b'{"k":1}', None), SetArc(POD, CM, "r", 0)]
+    client.view.release()  # every watch synced: the Secret does not exist
+    assert client.sync() == [SetArc(POD, SECRET, "r", ATTR_DESTINATION_MISSING)]
+    graph.upsert(RS, node((POD, "or", ATTR_CONTROLLER)))
+    assert client.sync() == [SetVertex(RS, b'{"k":1}', None), SetArc(RS, POD, "or", ATTR_CONTROLLER)]
+
+
+def test_initial_state_arcs_follow_their_vertices_across_messages() -> None:
+    graph = Graph()
+    client = Client(graph, roots_enabled=False, holding=True)
+    graph.upsert(CM, node())
+    graph.upsert(POD, node((CM, "r", 0)))
+    graph.upsert(RS, node((CM, "r", 0)))
+    first = client.view.take(max_actions=1)
+    assert first == [SetVertex(CM, b'{"k":1}', None)]
+    client.model.apply(batch_to_json(first))
+    second = client.view.take(max_actions=2)
+    assert second == [SetVertex(POD, b'{"k":1}', None), SetVertex(RS, b'{"k":1}', None)]
+    client.model.apply(batch_to_json(second))
+    assert client.sync() == [SetArc(POD, CM, "r", 0), SetArc(RS, CM, "r", 0)]
+
+
+@settings(max_examples=200)
+@given(_ops, st.integers(1, 7), st.integers(0, 30))
+def test_held_initial_state_converges_and_never_sends_an_arc_before_its_ends(ops, chunk: int, release_at: int) -> None:  # type: ignore[no-untyped-def]
+    graph = Graph()
+    client = Client(graph, roots_enabled=False, holding=True)
+    ids = [v("pods", f"p{i}") for i in range(6)]
+    for step, (op, index, refs, root, body) in enumerate(ops):
+        if step == release_at:
+            client.view.release()
+        if op == "remove":
+            graph.remove(ids[index])
+        else:
+            graph.upsert(ids[index], node(*((ids[d], t, a) for d, t, a in refs), root=root, body=b"[%d]" % body))
+        if body == 0:
+            for action in client.sync(chunk):
+                if isinstance(action, SetArc) and client.view.holding:
+                    assert key(action.source) in client.model.vertices
+                    assert key(action.destination) in client.model.vertices
+                    assert not action.attributes & ATTR_DESTINATION_MISSING
+    client.view.release()
+    client.sync(chunk)
+    assert set(client.model.vertices) == {key(x) for x in graph.nodes}
+    expected = {(key(s), key(d), t) for (s, d, t) in graph.arcs}
+    assert set(client.model.arcs) == expected
+
+
+@settings(max_examples=200)
+@given(_ops, st.booleans(), st.integers(1, 7))
+def test_dropping_sent_payloads_still_delivers_every_change(ops, holding: bool, chunk: int) -> None:  # type: ignore[no-untyped-def]
+    graph = Graph()
+    client = Client(graph, roots_enabled=False, holding=holding, keep_payloads=False)
+    ids = [v("pods", f"p{i}") for i in range(6)]
+    last: dict[VertexId, bytes] = {}
+    for op, index, refs, _, body in ops:
+        if op == "remove":
+            graph.remove(ids[index])
+            last.pop(ids[index], None)
+        else:
+            payload = b"[%d]" % body
+            graph.upsert(ids[index], node(*((ids[d], t, a) for d, t, a in refs), body=payload))
+            last[ids[index]] = payload
+        if body == 0:
+            client.sync(chunk)
+    client.view.release()
+    client.sync(chunk)
+    assert {k: json.loads(b["o"]) if isinstance(b["o"], str) else b["o"] for k, b in client.model.vertices.items()} == {
+        key(x): json.loads(p) for x, p in last.items()
+    }
+    assert all(n.object is None for n in graph.nodes.values())
+
+
+def test_a_repeated_object_is_not_sent_again_once_its_payload_is_dropped() -> None:
+    graph = Graph()
+    client = Client(graph, roots_enabled=False, keep_payloads=False)
+    graph.upsert(POD, node(body=b'{"a":1}'))
+    assert client.sync() == [SetVertex(POD, b'{"a":1}', None)]
+    assert graph.nodes[POD].object is None
+    graph.upsert(POD, node(body=b'{"a":1}'))  # e.g. a resync re-delivers it unchanged
+    assert client.sync() == [] and graph.nodes[POD].object is None
+    graph.upsert(POD, node(body=b'{"a":2}'))
+    assert client.sync() == [SetVertex(POD, b'{"a":2}', None)]

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tether.modules.graph.engine.model import (
     ATTR_BLOCK_OWNER_DELETION,
     ATTR_CONTROLLER,
     ATTR_DESTINATION_MISSING,
+    Action,
     DeleteArc,
     DeleteVertex,
     GraphWarning,
@@ -17,7 +20,13 @@ from tether.modules.graph.engine.model import (
     SetVertex,
     VertexId,
 )
-from tether.modules.graph.rpc.wire import batch_to_json, error_to_json, response_to_json, response_to_proto
+from tether.modules.graph.rpc.wire import (
+    batch_to_json,
+    encode_response,
+    error_to_json,
+    response_to_json,
+    response_to_proto,
+)
 from tether.pb.gitlab.agent.graph.rpc import rpc_pb2
 
 POD = VertexId("", "v1", "pods", "myns", "pod1")
@@ -117,3 +126,76 @@ def test_unknown_action_from_agent_is_rejected() -> None:
     response = rpc_pb2.WatchGraphResponse(actions=[rpc_pb2.Action()])
     with pytest.raises(ValueError):
         response_to_json(response)
+
+
+_names = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
+_vertices = st.builds(VertexId, _names, _names, _names, _names, _names)
+_payloads = st.none() | st.sampled_from(
+    [b"{}", b"[]", b'{"k":"\\u00e9"}', b'["x",1]', b'{"big":"' + b"a" * 300 + b'"}']
+)
+_actions = st.lists(
+    st.one_of(
+        st.builds(SetVertex, _vertices, _payloads, _payloads),
+        st.builds(DeleteVertex, _vertices),
+        st.builds(SetArc, _vertices, _vertices, st.sampled_from(["or", "r", "t", 'x"y']), st.integers(0, 7)),
+        st.builds(DeleteArc, _vertices, _vertices, st.sampled_from(["or", "r", "t"])),
+    ),
+    max_size=20,
+)
+_warnings = st.lists(st.builds(GraphWarning, _names, _names, st.dictionaries(_names, _names, max_size=1)), max_size=3)
+
+
+@settings(max_examples=300)
+@given(_actions, _warnings)
+def test_hand_written_encodings_match_the_generated_code_and_the_dict_path(
+    actions: list[Action], warnings: list[GraphWarning]
+) -> None:
+    generated = rpc_pb2.WatchGraphResponse(
+        actions=[_generated_action(a) for a in actions],
+        warnings=[rpc_pb2.Warning(type=w.type, message=w.message, attributes=w.attributes) for w in warnings],
+    )
+    encoded = encode_response(actions, warnings)
+    assert rpc_pb2.WatchGraphResponse.FromString(encoded) == generated
+    if all(len(w.attributes) <= 1 for w in warnings):  # map order is not defined for more
+        assert encoded == generated.SerializeToString()
+    assert response_to_json(rpc_pb2.WatchGraphResponse.FromString(encoded)) == batch_to_json(actions, warnings)
+
+
+def _generated_vertex(vertex: VertexId) -> rpc_pb2.Vertex:
+    return rpc_pb2.Vertex(
+        group=vertex.group,
+        version=vertex.version,
+        resource=vertex.resource,
+        namespace=vertex.namespace,
+        name=vertex.name,
+    )
+
+
+def _generated_action(action: Action) -> rpc_pb2.Action:
+    if isinstance(action, SetVertex):
+        return rpc_pb2.Action(
+            set_vertex=rpc_pb2.SetVertex(
+                vertex=_generated_vertex(action.vertex), object=action.object or b"", json_path=action.json_path or b""
+            )
+        )
+    if isinstance(action, DeleteVertex):
+        return rpc_pb2.Action(delete_vertex=rpc_pb2.DeleteVertex(vertex=_generated_vertex(action.vertex)))
+    if isinstance(action, SetArc):
+        bits = action.attributes
+        return rpc_pb2.Action(
+            set_arc=rpc_pb2.SetArc(
+                source=_generated_vertex(action.source),
+                destination=_generated_vertex(action.destination),
+                type=action.type,
+                attributes=rpc_pb2.ArcAttributes(
+                    controller=bool(bits & ATTR_CONTROLLER),
+                    block_owner_deletion=bool(bits & ATTR_BLOCK_OWNER_DELETION),
+                    destination_missing=bool(bits & ATTR_DESTINATION_MISSING),
+                ),
+            )
+        )
+    return rpc_pb2.Action(
+        delete_arc=rpc_pb2.DeleteArc(
+            source=_generated_vertex(action.source), destination=_generated_vertex(action.destination), type=action.type
+        )
+    )

@@ -15,7 +15,8 @@ Behaviour (as client-go's reflector):
    token) -> relist from scratch. Other failures -> :meth:`ReflectorHandler.on_error`, jittered
    exponential backoff, then a new watch from the last resourceVersion (or a new list if none succeeded).
 
-Memory: the reflector keeps only ``namespace/name -> resourceVersion`` per object, never the objects.
+Memory: the reflector keeps only ``namespace/name -> resourceVersion`` per object, never the objects
+(namespace names interned: one copy however many objects a namespace holds).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from sys import intern
 from typing import Any, Protocol
 
 import structlog
@@ -71,6 +73,8 @@ class Reflector:
         page_size: objects per list request.
         backoff: retry delays; default 0.8 s doubling up to 30 s.
         streaming_list: try the streaming list (``sendInitialEvents``) before paginated LISTs.
+        pace: awaited after every delivered event (and page) when given; a consumer that cannot keep up
+            makes it wait, so the reflector stops reading and the API server's stream waits in TCP.
     """
 
     def __init__(
@@ -84,6 +88,7 @@ class Reflector:
         page_size: int = 500,
         backoff: Backoff | None = None,
         streaming_list: bool = True,
+        pace: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._client = client
         self.path = path
@@ -100,6 +105,7 @@ class Reflector:
         self._task: asyncio.Task[None] | None = None
         self._resync = False
         self._streaming_list = streaming_list
+        self._pace = pace
         self.synced = False
 
     def start(self) -> None:
@@ -172,12 +178,14 @@ class Reflector:
                     first = False
                 for obj in page.get("items") or []:
                     meta = obj.get("metadata") or {}
-                    key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+                    key = (intern(str(meta.get("namespace") or "")), str(meta.get("name") or ""))
                     seen.add(key)
                     rv = str(meta.get("resourceVersion") or "")
                     if force or self._known.get(key) != rv or not rv:
                         self._known[key] = rv
                         self._handler.on_upsert(obj)
+                if self._pace is not None:
+                    await self._pace()
                 await asyncio.sleep(0)  # let other tasks run between pages
         except KubeApiError as exc:
             if exc.status == 410:
@@ -196,6 +204,8 @@ class Reflector:
         initial = True
         try:
             async for event in self._client.watch(self.path, params, read_timeout_s=timeout + 60.0):
+                if self._pace is not None:
+                    await self._pace()
                 if not initial:
                     self._on_event(event)
                     continue
@@ -203,7 +213,7 @@ class Reflector:
                 obj = event.get("object") or {}
                 meta = obj.get("metadata") or {}
                 if kind == "ADDED":
-                    key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+                    key = (intern(str(meta.get("namespace") or "")), str(meta.get("name") or ""))
                     seen.add(key)
                     rv = str(meta.get("resourceVersion") or "")
                     if force or self._known.get(key) != rv or not rv:
@@ -248,6 +258,8 @@ class Reflector:
         params["timeoutSeconds"] = str(timeout)
         try:
             async for event in self._client.watch(self.path, params, read_timeout_s=timeout + 60.0):
+                if self._pace is not None:
+                    await self._pace()
                 self._on_event(event)
         except KubeApiError as exc:
             if exc.status == 410:
@@ -268,7 +280,7 @@ class Reflector:
             if rv:
                 self._resource_version = rv
             return
-        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        key = (intern(str(meta.get("namespace") or "")), str(meta.get("name") or ""))
         if kind in ("ADDED", "MODIFIED"):
             self._known[key] = rv
             self._handler.on_upsert(obj)

@@ -25,7 +25,7 @@ def watch_graph_handler(kube: KubeClient) -> grpc.RpcMethodHandler[Any, Any]:
     async def watch_graph(
         request: rpc_pb2.WatchGraphRequest,
         context: aio.ServicerContext[rpc_pb2.WatchGraphRequest, rpc_pb2.WatchGraphResponse],
-    ) -> AsyncIterator[rpc_pb2.WatchGraphResponse]:
+    ) -> AsyncIterator[bytes]:
         from tether.modules.graph.agent.servicer import GraphServicer  # noqa: PLC0415
 
         async for response in GraphServicer(kube).WatchGraph(request, context):
@@ -34,8 +34,13 @@ def watch_graph_handler(kube: KubeClient) -> grpc.RpcMethodHandler[Any, Any]:
     return grpc.unary_stream_rpc_method_handler(
         watch_graph,
         request_deserializer=rpc_pb2.WatchGraphRequest.FromString,
-        response_serializer=rpc_pb2.WatchGraphResponse.SerializeToString,
+        response_serializer=already_serialized,
     )
+
+
+def already_serialized(message: bytes) -> bytes:
+    """Response serializer of ``WatchGraph``: the servicer yields ``WatchGraphResponse`` bytes it wrote itself."""
+    return message
 
 
 class GraphAgentFactory:

@@ -29,6 +29,7 @@ from grpc import aio
 from tether.kube.client import KubeClient
 from tether.kube.impersonation import impersonation_headers
 from tether.modagent.internal_server import InternalServer
+from tether.modules.graph.agent import already_serialized
 from tether.modules.graph.engine.engine import EngineOptions, GraphEngine, GraphEngineError
 from tether.modules.graph.engine.request import RequestError, compile_request
 from tether.modules.graph.rpc.methods import (
@@ -38,7 +39,7 @@ from tether.modules.graph.rpc.methods import (
     WATCH_GRAPH_METHOD,
     WATCH_GRAPH_SERVICE,
 )
-from tether.modules.graph.rpc.wire import request_from_proto, response_to_proto
+from tether.modules.graph.rpc.wire import encode_response, request_from_proto
 from tether.pb.gitlab.agent.graph.rpc import rpc_pb2
 
 __all__ = [
@@ -79,7 +80,7 @@ class GraphServicer:
             WATCH_GRAPH_METHOD: grpc.unary_stream_rpc_method_handler(
                 self.WatchGraph,
                 request_deserializer=rpc_pb2.WatchGraphRequest.FromString,
-                response_serializer=rpc_pb2.WatchGraphResponse.SerializeToString,
+                response_serializer=already_serialized,
             )
         }
 
@@ -87,8 +88,8 @@ class GraphServicer:
         self,
         request: rpc_pb2.WatchGraphRequest,
         context: aio.ServicerContext[rpc_pb2.WatchGraphRequest, rpc_pb2.WatchGraphResponse],
-    ) -> AsyncIterator[rpc_pb2.WatchGraphResponse]:
-        """Stream graph batches until the caller cancels.
+    ) -> AsyncIterator[bytes]:
+        """Stream graph batches (serialized ``WatchGraphResponse`` messages) until the caller cancels.
 
         Raises:
             grpc.aio.AbortError: ``INVALID_ARGUMENT`` for an invalid request, ``INTERNAL`` when the engine fails.
@@ -114,4 +115,4 @@ class GraphServicer:
                 except GraphEngineError as exc:
                     _log.error("graph_watch_failed", error=str(exc))
                     await context.abort(grpc.StatusCode.INTERNAL, str(exc))
-                yield response_to_proto(batch.actions, batch.warnings)
+                yield encode_response(batch.actions, batch.warnings)

@@ -184,7 +184,19 @@ def _get(obj: Any, *path: str) -> Any:
 
 # ---- Pods and pod templates ---------------------------------------------------------------------------
 
-_VOLUME_SECRET_REFS = ("cephfs", "rbd", "iscsi", "flexVolume", "scaleIO", "storageos", "cinder")
+#: Volume source -> (resource, path to the name) of the object it names. Looked up per key a volume has
+#: (its name and usually one source) instead of trying every source on every volume.
+_VOLUME_REFS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "configMap": ("configmaps", ("name",)),
+    "secret": ("secrets", ("secretName",)),
+    "persistentVolumeClaim": ("persistentvolumeclaims", ("claimName",)),
+    "csi": ("secrets", ("nodePublishSecretRef", "name")),
+    "azureFile": ("secrets", ("secretName",)),
+    **{
+        p: ("secrets", ("secretRef", "name"))
+        for p in ("cephfs", "rbd", "iscsi", "flexVolume", "scaleIO", "storageos", "cinder")
+    },
+}
 
 
 def _pod_spec(b: _Builder, spec: Any, pod_name: str | None = None) -> None:
@@ -192,18 +204,21 @@ def _pod_spec(b: _Builder, spec: Any, pod_name: str | None = None) -> None:
     spec = _map(spec)
     for volume_item in _list(spec.get("volumes")):
         volume = _map(volume_item)
-        b.ref(_CORE, "configmaps", _get(volume, "configMap", "name"))
-        b.ref(_CORE, "secrets", _get(volume, "secret", "secretName"))
-        b.ref(_CORE, "persistentvolumeclaims", _get(volume, "persistentVolumeClaim", "claimName"))
-        b.ref(_CORE, "secrets", _get(volume, "csi", "nodePublishSecretRef", "name"))
-        b.ref(_CORE, "secrets", _get(volume, "azureFile", "secretName"))
-        for plugin in _VOLUME_SECRET_REFS:
-            b.ref(_CORE, "secrets", _get(volume, plugin, "secretRef", "name"))
-        for source in _list(_get(volume, "projected", "sources")):
-            b.ref(_CORE, "configmaps", _get(source, "configMap", "name"))
-            b.ref(_CORE, "secrets", _get(source, "secret", "name"))
-        if pod_name and isinstance(volume.get("ephemeral"), dict) and isinstance(volume.get("name"), str):
-            b.ref(_CORE, "persistentvolumeclaims", f"{pod_name}-{volume['name']}")
+        for source_type, source in volume.items():
+            named = _VOLUME_REFS.get(source_type)
+            if named is not None:
+                b.ref(_CORE, named[0], _get(source, *named[1]))
+            elif source_type == "projected":
+                for projection in _list(_get(source, "sources")):
+                    b.ref(_CORE, "configmaps", _get(projection, "configMap", "name"))
+                    b.ref(_CORE, "secrets", _get(projection, "secret", "name"))
+            elif (
+                source_type == "ephemeral"
+                and pod_name
+                and isinstance(source, dict)
+                and isinstance(volume.get("name"), str)
+            ):
+                b.ref(_CORE, "persistentvolumeclaims", f"{pod_name}-{volume['name']}")
     for group in ("initContainers", "containers", "ephemeralContainers"):
         for container_item in _list(spec.get(group)):
             container = _map(container_item)

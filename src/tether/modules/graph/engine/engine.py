@@ -15,8 +15,11 @@ High-level algorithm (seed 002 "High-level algorithm"):
 
 Flow control: :meth:`GraphEngine.next_batch` is pulled by the transport. Changes accumulate in the graph's
 dirty sets until pulled, so a slow client costs no memory beyond the graph, and each batch carries the
-latest state of what changed. The first batch waits until every watch has synced (or failed, or
-``sync_timeout_s`` passed), so a client receives the initial graph in as few messages as possible.
+latest state of what changed. The initial state is streamed (issue 15): vertices leave as their objects
+arrive and an arc as soon as both of its ends have been sent (``view.py``); arcs whose destination has not
+been seen wait until every watch has synced (or failed, or ``sync_timeout_s`` passed) and then go with
+``e``. With root expressions visibility depends on the whole graph, so the first batch waits for that
+point instead.
 
 Warnings (seed 002 "Warnings"): ``INFORMER_SYNC_FAILED`` when a watch has not synced within
 ``sync_timeout_s``; ``DISCOVERY_FAILED`` for discovery errors and partial discovery; ``NAMESPACE_LIST_FAILED``
@@ -29,8 +32,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from sys import intern
 from typing import Any
 
 import msgspec
@@ -80,6 +85,9 @@ class EngineOptions:
         rediscovery_debounce_s: wait after a CRD change before re-reading discovery.
         page_size: objects per list request.
         max_pending_warnings: warnings kept while the client is slow; more are dropped (and logged).
+        max_pending_vertices: vertices waiting to be sent (each holding its encoded object) above which the
+            watches stop reading until the client has taken half of them (streamed mode, i.e. without roots):
+            a client slower than the API server then bounds agentk's memory instead of growing it.
     """
 
     sync_timeout_s: float = 30.0
@@ -90,6 +98,7 @@ class EngineOptions:
     rediscovery_debounce_s: float = 1.0
     page_size: int = 500
     max_pending_warnings: int = 100
+    max_pending_vertices: int = 2000
 
 
 @dataclass
@@ -119,6 +128,7 @@ class _SyncedWatch:
             label_selector=label_selector,
             field_selector=field_selector,
             page_size=engine.options.page_size,
+            pace=engine.pace,
         )
         self._timer: asyncio.TimerHandle | None = None
 
@@ -133,6 +143,9 @@ class _SyncedWatch:
 
     def _sync_timeout(self) -> None:
         if self.synced:
+            return
+        if self.engine.paced:  # waiting for the client, not for the API server: give it another period
+            self._timer = asyncio.get_running_loop().call_later(self.engine.options.sync_timeout_s, self._sync_timeout)
             return
         self.failed = True
         detail = f": {self.last_error}" if self.last_error else ""
@@ -279,7 +292,13 @@ class GraphEngine:
         self.request = request
         self.options = options or EngineOptions()
         self.graph = Graph()
-        self.view = ClientView(self.graph, roots_enabled=request.roots.enabled, undirected=request.roots.undirected)
+        self.view = ClientView(
+            self.graph,
+            roots_enabled=request.roots.enabled,
+            undirected=request.roots.undirected,
+            holding=not request.roots.enabled,
+            keep_payloads=request.roots.enabled,
+        )
         self.selection: Selection | None = None
         self._informers: dict[tuple[str, str, str], _Informer] = {}
         self._namespaces: set[str] = (
@@ -299,6 +318,11 @@ class GraphEngine:
         self._task: asyncio.Task[None] | None = None
         self._stopping: list[asyncio.Task[None]] = []
         self._deadline = 0.0
+        #: Set while the watches may read on (see ``EngineOptions.max_pending_vertices``).
+        self._room = asyncio.Event()
+        self._room.set()
+        self._pacing = not request.roots.enabled  # with roots nothing is sent before sync: never pause then
+        self._pack_payloads = request.roots.enabled  # with roots projections are kept (``ClientView`` doc)
 
     # ---- lifecycle ----
 
@@ -338,6 +362,18 @@ class GraphEngine:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
+    # ---- pacing ----
+
+    @property
+    def paced(self) -> bool:
+        """The watches are waiting for the client to take pending vertices."""
+        return not self._room.is_set()
+
+    async def pace(self) -> None:
+        """Awaited by the reflectors between events: returns when there is room for more pending vertices."""
+        if not self._room.is_set():
+            await self._room.wait()
+
     # ---- pulling batches ----
 
     async def next_batch(self) -> GraphBatch:
@@ -346,7 +382,7 @@ class GraphEngine:
         Raises:
             GraphEngineError: the engine failed (bug or unrecoverable condition).
         """
-        if not self._first_sent:
+        if not self._first_sent and self.request.roots.enabled:
             remaining = self._deadline - asyncio.get_running_loop().time()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._ready.wait(), max(remaining, 0.0))
@@ -358,6 +394,8 @@ class GraphEngine:
                 if not self._continuation and self.options.batch_delay_s > 0:
                     await asyncio.sleep(self.options.batch_delay_s)
                 actions = self.view.take(self.options.max_actions_per_message, self.options.max_message_bytes)
+                if len(self.graph.changes.vertices) <= self.options.max_pending_vertices // 2:
+                    self._room.set()
                 warnings, self._warnings = self._warnings, []
                 self._continuation = self.view.pending()
                 if actions or warnings:
@@ -411,7 +449,7 @@ class GraphEngine:
             obj["kind"] = w.kind
         meta = obj.get("metadata") or {}
         name = str(meta.get("name") or "")
-        namespace = str(meta.get("namespace") or "") if w.namespaced else ""
+        namespace = intern(str(meta.get("namespace") or "")) if w.namespaced else ""
         vertex = VertexId(w.group, w.version, w.resource, namespace, name)
         object_filter = w.object_filter
         roots = self.request.roots
@@ -454,18 +492,25 @@ class GraphEngine:
                         self._object_warning(vertex, f"Evaluating roots.object_selector_expressions[{index}]", exc),
                     )
         encoded_object, encoded_json_path = self._projection(w, vertex, obj)
-        labels = meta.get("labels")
+        packed = self._pack_payloads and bool(encoded_object or encoded_json_path)
+        if packed:
+            # Kept for the vertex's life (a root may reach it later): about a third of the size, 15 us per Pod.
+            encoded_object = zlib.compress(encoded_object, 1) if encoded_object is not None else None
+            encoded_json_path = zlib.compress(encoded_json_path, 1) if encoded_json_path is not None else None
         self.graph.upsert(
             vertex,
             Node(
-                labels=labels if isinstance(labels, dict) else None,
+                labels=_compact_labels(meta.get("labels")),
                 refs=extracted.refs,
                 selectors=tuple(extracted.selectors),
                 root=root,
                 object=encoded_object,
                 json_path=encoded_json_path,
+                packed=packed,
             ),
         )
+        if self._pacing and len(self.graph.changes.vertices) >= self.options.max_pending_vertices:
+            self._room.clear()
         self._wakeup.set()
 
     def delete_object(self, informer: _Informer, namespace: str, name: str) -> None:
@@ -486,9 +531,8 @@ class GraphEngine:
                 results = json_path.find(obj)
                 return None, (_ENCODER.encode(results) if results else None)
             meta = obj.get("metadata")
-            if isinstance(meta, dict) and "managedFields" in meta:
-                obj = dict(obj)
-                obj["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+            if isinstance(meta, dict):
+                meta.pop("managedFields", None)  # the object is ours and the filters have seen it
             return (_ENCODER.encode(obj) if obj else None), None
         except (TypeError, ValueError, OverflowError) as exc:
             self.warn(self._object_warning(vertex, f"Encoding {_describe(vertex)}", exc))
@@ -532,6 +576,8 @@ class GraphEngine:
             return
         if all(i.synced or i.failed for i in self._informers.values()):
             self._ready.set()
+            self.view.release()
+            self._wakeup.set()
 
     def request_rediscovery(self) -> None:
         """Re-read discovery soon (a CRD changed)."""
@@ -641,6 +687,13 @@ class GraphEngine:
             for informer in self._informers.values():
                 informer.reflector.resync()
         self._reconcile()
+
+
+def _compact_labels(labels: Any) -> dict[str, str] | None:
+    """``metadata.labels`` with interned strings: keys and many values (``app``, template hashes) repeat."""
+    if not isinstance(labels, dict) or not labels:
+        return None
+    return {intern(k): intern(v) for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 def _resolution_key(selection: Selection) -> frozenset[ApiResource]:

@@ -14,9 +14,10 @@ coalesce into one dirty entry.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from tether.modules.graph.engine.model import (
     ARC_OWNER,
@@ -36,6 +37,9 @@ ORIGIN_SELECTOR = 1 << 9
 _ORIGINS = ORIGIN_REFERENCE | ORIGIN_SELECTOR
 
 _EMPTY_LABELS: Mapping[str, str] = {}
+_INTO_LIST_MAX = 8
+#: ``Node.selected`` of every node without selectors (only selector holders' dicts are ever modified).
+_NOTHING_SELECTED: dict[tuple[VertexId, str], int] = {}
 ARC_TYPES = (ARC_OWNER, ARC_REFERENCE, ARC_TRANSITIVE)
 
 
@@ -47,12 +51,15 @@ class Node:
         refs: ``(destination, arc type) -> attribute bits`` from the object's fields.
         selectors: label selectors the object holds (e.g. a Service's ``spec.selector``).
         root: a root expression selected the object.
-        object: encoded ``o`` or None.
-        json_path: encoded ``j`` or None.
+        object: encoded ``o`` or None; the view may drop it once sent (``ClientView(keep_payloads=False)``).
+        json_path: encoded ``j`` or None; dropped likewise.
+        packed: ``object`` and ``json_path`` are zlib-compressed (kept for a long time: with roots).
+        digest: hash of ``object`` and ``json_path`` as given, which tells a changed
+            projection from a repeated one after the bytes are gone.
         selected: ``(destination, arc type)`` currently matched by ``selectors`` (maintained by the graph).
     """
 
-    __slots__ = ("json_path", "labels", "object", "refs", "root", "selected", "selectors")
+    __slots__ = ("_refs", "digest", "json_path", "labels", "object", "packed", "root", "selected", "selectors")
 
     def __init__(
         self,
@@ -63,14 +70,63 @@ class Node:
         root: bool = False,
         object: bytes | None = None,
         json_path: bytes | None = None,
+        packed: bool = False,
     ) -> None:
         self.labels: Mapping[str, str] = labels or _EMPTY_LABELS
-        self.refs: dict[tuple[VertexId, str], int] = refs or {}
+        #: The graph stores references flat, ``(destination, type, attributes, ...)``: a third of a dict's size.
+        self._refs: dict[tuple[VertexId, str], int] | tuple[Any, ...] = refs or ()
         self.selectors = selectors
         self.root = root
         self.object = object
         self.json_path = json_path
-        self.selected: dict[tuple[VertexId, str], int] = {}
+        self.packed = packed
+        self.digest = hash((object, json_path))
+        self.selected: dict[tuple[VertexId, str], int] = _NOTHING_SELECTED
+
+    def payload(self) -> tuple[bytes | None, bytes | None]:
+        """``(object, json_path)`` as JSON (decompressed when packed)."""
+        if not self.packed:
+            return self.object, self.json_path
+        return (
+            zlib.decompress(self.object) if self.object is not None else None,
+            zlib.decompress(self.json_path) if self.json_path is not None else None,
+        )
+
+    @property
+    def refs(self) -> dict[tuple[VertexId, str], int]:
+        """``(destination, arc type) -> attribute bits`` (a new dict once the graph holds the node)."""
+        refs = self._refs
+        if isinstance(refs, dict):
+            return refs
+        return {(refs[i], refs[i + 1]): refs[i + 2] for i in range(0, len(refs), 3)}
+
+    def destinations(self) -> Iterable[VertexId]:
+        """Destinations of the references (with repeats when several arc types lead to one vertex)."""
+        refs = self._refs
+        if isinstance(refs, dict):
+            return [d for d, _ in refs]
+        return refs[::3]
+
+    def compact(self, ids: dict[VertexId, VertexId]) -> None:
+        """Store the references flat, with the graph's shared instance of each destination id."""
+        refs = self._refs
+        if isinstance(refs, dict):
+            self._refs = tuple(x for (d, t), a in refs.items() for x in (share(ids, d), t, a))
+
+
+def share(ids: dict[VertexId, VertexId], vertex: VertexId) -> VertexId:
+    """The shared instance of ``vertex`` in ``ids`` (added when new).
+
+    Shared instances are plain tuples: they hash, compare and unpack as the :class:`VertexId` they stand for,
+    but CPython's garbage collector stops tracking a tuple of strings (and tuples of such tuples: arc keys,
+    flat references), never a named tuple. Full collections then skip most of a large graph instead of
+    visiting every id, reference and arc of it (issue 15 profile). Graph code reads them by position.
+    """
+    shared = ids.get(vertex)
+    if shared is None:
+        shared = cast(VertexId, tuple(vertex))
+        ids[shared] = shared
+    return shared
 
 
 @dataclass
@@ -98,10 +154,14 @@ class Graph:
         self.nodes: dict[VertexId, Node] = {}
         #: ``(source, destination, type) -> attribute bits | origin bits``.
         self.arcs: dict[ArcKey, int] = {}
-        #: Arcs by destination (destinations may be absent).
-        self.into: dict[VertexId, set[ArcKey]] = {}
+        #: Arcs by destination (destinations may be absent); a short list, a set once it grows past
+        #: ``_INTO_LIST_MAX`` (most objects are pointed at by one or two arcs, and a set costs 216 bytes).
+        self.into: dict[VertexId, list[ArcKey] | set[ArcKey]] = {}
         #: Root vertices.
         self.roots: set[VertexId] = set()
+        #: One shared instance of each vertex id in ``nodes`` or ``into``: the many references to one object
+        #: (every Pod names its ServiceAccount, ConfigMaps, ReplicaSet) then cost a pointer each, not a copy.
+        self._ids: dict[VertexId, VertexId] = {}
         self.changes = Changes()
         self._by_collection: dict[tuple[str, str, str], set[VertexId]] = {}
         #: Vertices by ``(group, resource, namespace, label key, label value)``.
@@ -109,6 +169,9 @@ class Graph:
         #: Selector holders by the equality label their selector requires, or by collection when it requires none.
         self._holders_by_label: dict[tuple[str, str, str, str, str], set[VertexId]] = {}
         self._holders_any: dict[tuple[str, str, str], set[VertexId]] = {}
+        #: Selectors registered per ``(group, resource, namespace)`` they select in: most collections have none,
+        #: and their objects' label changes need no selector work at all.
+        self._targeted: dict[tuple[str, str, str], int] = {}
 
     def __contains__(self, vertex: object) -> bool:
         return vertex in self.nodes
@@ -121,16 +184,20 @@ class Graph:
         node = self.nodes.get(vertex)
         if node is None:
             return ()
-        keys = [(vertex, dst, arc_type) for dst, arc_type in node.refs]
-        keys.extend((vertex, dst, arc_type) for dst, arc_type in node.selected if (dst, arc_type) not in node.refs)
+        refs = node.refs
+        keys = [(vertex, dst, arc_type) for dst, arc_type in refs]
+        keys.extend((vertex, dst, arc_type) for dst, arc_type in node.selected if (dst, arc_type) not in refs)
         return keys
 
     def upsert(self, vertex: VertexId, node: Node) -> None:
         """Add or replace the vertex ``vertex`` with ``node`` (``node.selected`` is computed here)."""
+        ids = self._ids
+        vertex = share(ids, vertex)
+        node.compact(ids)
         old = self.nodes.get(vertex)
         self.nodes[vertex] = node
         changes = self.changes
-        collection = (vertex.group, vertex.resource, vertex.namespace)
+        collection = (vertex[0], vertex[2], vertex[3])
         if old is None:
             self._by_collection.setdefault(collection, set()).add(vertex)
             changes.vertices[vertex] = None
@@ -140,22 +207,26 @@ class Graph:
             old_refs: dict[tuple[VertexId, str], int] = {}
             old_selected: dict[tuple[VertexId, str], int] = {}
         else:
-            if old.object != node.object or old.json_path != node.json_path:
+            if old.digest != node.digest:
                 changes.vertices[vertex] = None
+            elif vertex not in changes.vertices:
+                # Same projection, already with the client: keep only what the view kept of it.
+                node.object, node.json_path = old.object, old.json_path
             old_refs, old_selected = old.refs, old.selected
+        new_refs = node.refs
         if node.root != (old.root if old is not None else False):
             changes.topology = True
         if node.root:
             self.roots.add(vertex)
         else:
             self.roots.discard(vertex)
-        if old_refs != node.refs:
-            self._diff(vertex, old_refs, node.refs, ORIGIN_REFERENCE)
+        if old_refs != new_refs:
+            self._diff(vertex, old_refs, new_refs, ORIGIN_REFERENCE)
         if old is None or old.selectors != node.selectors:
             if old is not None:
                 self._unregister(vertex, old.selectors)
             self._register(vertex, node.selectors)
-            node.selected = self._match(node.selectors)
+            node.selected = self._match(node.selectors) if node.selectors else _NOTHING_SELECTED
         else:
             node.selected = old.selected
         if old_selected != node.selected:
@@ -171,8 +242,9 @@ class Graph:
         node = self.nodes.pop(vertex, None)
         if node is None:
             return
+        vertex = self._ids[vertex]
         changes = self.changes
-        collection = (vertex.group, vertex.resource, vertex.namespace)
+        collection = (vertex[0], vertex[2], vertex[3])
         members = self._by_collection.get(collection)
         if members is not None:
             members.discard(vertex)
@@ -190,6 +262,8 @@ class Graph:
             self._unset(holder, vertex, arc_type, ORIGIN_SELECTOR)
         for arc in self.into.get(vertex, ()):
             changes.arcs[arc] = None  # now "e"
+        if vertex not in self.into:
+            self._ids.pop(vertex, None)
 
     # ---- arcs ----
 
@@ -207,7 +281,15 @@ class Graph:
         key = (source, destination, arc_type)
         bits = self.arcs.get(key)
         if bits is None:
-            self.into.setdefault(destination, set()).add(key)
+            targets = self.into.get(destination)
+            if targets is None:
+                self.into[destination] = [key]
+            elif isinstance(targets, set):
+                targets.add(key)
+            elif len(targets) < _INTO_LIST_MAX:
+                targets.append(key)  # a new arc: not in the list yet
+            else:
+                self.into[destination] = {*targets, key}
             self.changes.topology = True
             bits = 0
         # A reference carries the c/b attributes; a selector match only adds its origin.
@@ -231,9 +313,14 @@ class Graph:
             del self.arcs[key]
             targets = self.into.get(destination)
             if targets is not None:
-                targets.discard(key)
+                if isinstance(targets, set):
+                    targets.discard(key)
+                elif key in targets:
+                    targets.remove(key)
                 if not targets:
                     del self.into[destination]
+                    if destination not in self.nodes:
+                        self._ids.pop(destination, None)
             self.changes.topology = True
         self.changes.arcs[key] = None
 
@@ -244,12 +331,12 @@ class Graph:
         return [arc for arc in self.into.get(vertex, ()) if self.arcs.get(arc, 0) & ORIGIN_SELECTOR]
 
     def _index_labels(self, vertex: VertexId, labels: Mapping[str, str]) -> None:
-        g, r, ns = vertex.group, vertex.resource, vertex.namespace
+        g, _, r, ns, _ = vertex
         for key, value in labels.items():
             self._by_label.setdefault((g, r, ns, key, value), set()).add(vertex)
 
     def _unindex_labels(self, vertex: VertexId, labels: Mapping[str, str]) -> None:
-        g, r, ns = vertex.group, vertex.resource, vertex.namespace
+        g, _, r, ns, _ = vertex
         for key, value in labels.items():
             index_key = (g, r, ns, key, value)
             members = self._by_label.get(index_key)
@@ -260,6 +347,8 @@ class Graph:
 
     def _register(self, vertex: VertexId, selectors: tuple[SelectorRef, ...]) -> None:
         for selector in selectors:
+            target = (selector.group, selector.resource, selector.namespace)
+            self._targeted[target] = self._targeted.get(target, 0) + 1
             pair = selector.selector.equality_pair()
             if pair is None:
                 self._holders_any.setdefault((selector.group, selector.resource, selector.namespace), set()).add(vertex)
@@ -269,6 +358,12 @@ class Graph:
 
     def _unregister(self, vertex: VertexId, selectors: tuple[SelectorRef, ...]) -> None:
         for selector in selectors:
+            target = (selector.group, selector.resource, selector.namespace)
+            remaining = self._targeted.get(target, 0) - 1
+            if remaining > 0:
+                self._targeted[target] = remaining
+            else:
+                self._targeted.pop(target, None)
             pair = selector.selector.equality_pair()
             table: dict[Any, set[VertexId]] = self._holders_any if pair is None else self._holders_by_label
             key: tuple[str, ...] = (selector.group, selector.resource, selector.namespace, *(pair or ()))
@@ -294,7 +389,9 @@ class Graph:
 
     def _reselect(self, vertex: VertexId, labels: Mapping[str, str]) -> None:
         """Re-evaluate every selector that selects or could select ``vertex`` after its labels changed."""
-        g, r, ns = vertex.group, vertex.resource, vertex.namespace
+        g, _, r, ns, _ = vertex
+        if (g, r, ns) not in self._targeted:
+            return  # no selector looks at this collection, so none can have selected the vertex either
         candidates = set(self._holders_any.get((g, r, ns), ()))
         for key, value in labels.items():
             candidates.update(self._holders_by_label.get((g, r, ns, key, value), ()))

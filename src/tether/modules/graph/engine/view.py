@@ -9,6 +9,13 @@ arcs leave before their vertices, vertices arrive before the arcs that point at 
 Visibility: without roots every vertex in the graph is visible; with roots, see ``visibility.py``. An arc
 is sent when its source is visible (its destination then is visible or absent, in which case ``e`` is
 set: "When an arc's destination vertex does not exist ... ``e`` is set to ``true``").
+
+Initial state (issue 15): while :attr:`ClientView.holding` is set (the engine's watches have not all synced
+yet), an arc is sent as soon as both of its ends have been sent; until then it is held under the end that
+is missing, and it is queued again when that end's ``svx`` leaves. :meth:`ClientView.release` (every watch
+synced) queues every held arc: a destination still missing then really is absent and the arc goes with
+``e``. So a client can draw while the rest of the graph arrives, and never sees a transient ``e`` for a
+destination that was merely listed later.
 """
 
 from __future__ import annotations
@@ -31,6 +38,12 @@ from tether.modules.graph.engine.visibility import reachable
 
 __all__ = ["ClientView"]
 
+
+def _public(vertex: VertexId) -> VertexId:
+    """A :class:`VertexId` for an action (the graph shares plain tuples, see ``graph.share``)."""
+    return tuple.__new__(VertexId, vertex)
+
+
 #: Rough encoded size of an action without payload, in bytes (for message size budgeting).
 _ACTION_OVERHEAD = 160
 
@@ -42,15 +55,40 @@ class ClientView:
         graph: the graph to follow.
         roots_enabled: root filtering applies (``roots.object_selector_expressions`` non-empty).
         undirected: arc types whose direction is ignored for reachability.
+        holding: start by holding arcs until both ends are sent (initial state, see the module doc).
+        keep_payloads: keep a vertex's ``o`` / ``j`` bytes after sending them. Needed when visibility can
+            change (roots), since a vertex may have to be sent again without a new object; otherwise the
+            bytes are dropped once sent (a changed object brings new ones) and only their digest stays.
     """
 
-    def __init__(self, graph: Graph, *, roots_enabled: bool, undirected: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        graph: Graph,
+        *,
+        roots_enabled: bool,
+        undirected: frozenset[str] = frozenset(),
+        holding: bool = False,
+        keep_payloads: bool = True,
+    ) -> None:
         self._graph = graph
         self._roots_enabled = roots_enabled
         self._undirected = undirected
         self._visible: set[VertexId] = set()
         self.sent_vertices: set[VertexId] = set()
         self.sent_arcs: dict[ArcKey, int] = {}
+        #: Hold arcs until both ends are sent (initial state); see the module doc.
+        self.holding = holding
+        self._held: dict[VertexId, list[ArcKey]] = {}
+        self._keep_payloads = keep_payloads
+
+    def release(self) -> None:
+        """Stop holding arcs: queue every held arc (their missing ends are absent, they go with ``e``)."""
+        self.holding = False
+        arcs = self._graph.changes.arcs
+        for held in self._held.values():
+            for key in held:
+                arcs[key] = None
+        self._held = {}
 
     def pending(self) -> bool:
         """True when there may be actions to send."""
@@ -88,15 +126,24 @@ class ClientView:
             processed += 1
             node = graph.nodes.get(vertex)
             if node is not None and self.is_visible(vertex):
-                set_vertices.append(SetVertex(vertex, node.object, node.json_path))
+                encoded_object, encoded_json_path = node.payload()
+                set_vertices.append(SetVertex(_public(vertex), encoded_object, encoded_json_path))
                 self.sent_vertices.add(vertex)
-                budget -= _ACTION_OVERHEAD + len(node.object or node.json_path or b"")
+                budget -= _ACTION_OVERHEAD + len(encoded_object or encoded_json_path or b"")
+                if not self._keep_payloads:
+                    node.object = node.json_path = None
+                held = self._held.pop(vertex, None)
+                if held is not None:
+                    for key in held:
+                        changes.arcs[key] = None
             elif vertex in self.sent_vertices:
                 self.sent_vertices.discard(vertex)
-                delete_vertices.append(DeleteVertex(vertex))
+                delete_vertices.append(DeleteVertex(_public(vertex)))
                 budget -= _ACTION_OVERHEAD
         for vertex in done_vertices:
             del changes.vertices[vertex]
+        if not changes.vertices:
+            changes.vertices = {}  # a drained dict keeps its peak-sized table
         done_arcs: list[ArcKey] = []
         for key in islice(changes.arcs, max(0, max_actions - processed)):
             if budget <= 0:
@@ -105,18 +152,31 @@ class ClientView:
             source, destination, arc_type = key
             bits = graph.arcs.get(key)
             if bits is not None and self.is_visible(source):
+                if self.holding:
+                    missing = (
+                        source
+                        if source not in self.sent_vertices
+                        else destination
+                        if destination not in self.sent_vertices
+                        else None
+                    )
+                    if missing is not None:
+                        self._held.setdefault(missing, []).append(key)
+                        continue
                 attrs = bits & ATTR_MASK
                 if destination not in graph.nodes:
                     attrs |= ATTR_DESTINATION_MISSING
                 if self.sent_arcs.get(key) != attrs:
                     self.sent_arcs[key] = attrs
-                    set_arcs.append(SetArc(source, destination, arc_type, attrs))
+                    set_arcs.append(SetArc(_public(source), _public(destination), arc_type, attrs))
                     budget -= _ACTION_OVERHEAD * 2
             elif self.sent_arcs.pop(key, None) is not None:
-                delete_arcs.append(DeleteArc(source, destination, arc_type))
+                delete_arcs.append(DeleteArc(_public(source), _public(destination), arc_type))
                 budget -= _ACTION_OVERHEAD * 2
         for key in done_arcs:
             del changes.arcs[key]
+        if not changes.arcs:
+            changes.arcs = {}
         return delete_arcs + delete_vertices + set_vertices + set_arcs
 
     def _recompute_visibility(self) -> None:

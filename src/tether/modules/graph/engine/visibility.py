@@ -32,7 +32,7 @@ def reachable(graph: Graph, roots: Iterable[VertexId], undirected: frozenset[str
     while stack:
         vertex = stack.pop()
         node = nodes[vertex]
-        for destination, _ in node.refs:
+        for destination in node.destinations():
             if destination not in visible and destination in nodes:
                 visible.add(destination)
                 stack.append(destination)

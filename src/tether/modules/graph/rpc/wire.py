@@ -10,6 +10,13 @@ JSON messages are ``{"actions": [...], "warnings": [...]}`` (empty lists omitted
 
 ``o`` / ``j`` travel as already-encoded JSON bytes end to end (agentk encodes each object once, kas splices
 the bytes into the message without decoding them).
+
+Both hot conversions are written out by hand (issue 15: building protobuf messages field by field and JSON
+through dicts cost about 20 us per action each, several times the rest of the per-object work):
+:func:`encode_response` writes ``WatchGraphResponse`` bytes directly (proto3 encoding, fields in number
+order, as the generated code does), and :func:`response_to_json` writes the client JSON from the parsed
+response, encoding each distinct vertex of a message once. :func:`batch_to_json` builds the same JSON
+through dicts; the tests hold the two to identical bytes.
 """
 
 from __future__ import annotations
@@ -24,7 +31,6 @@ from tether.modules.graph.engine.model import (
     ATTR_CONTROLLER,
     ATTR_DESTINATION_MISSING,
     Action,
-    DeleteArc,
     DeleteVertex,
     GraphWarning,
     SetArc,
@@ -43,8 +49,8 @@ from tether.modules.graph.engine.request import (
 from tether.pb.gitlab.agent.graph.rpc import rpc_pb2
 
 __all__ = [
-    "actions_to_proto",
     "batch_to_json",
+    "encode_response",
     "error_to_json",
     "request_from_proto",
     "request_to_proto",
@@ -61,9 +67,10 @@ _EMPTY = (b"{}", b"[]")
 
 
 def _vertex_json(vertex: VertexId) -> dict[str, str]:
-    if vertex.namespace:
-        return {"g": vertex.group, "v": vertex.version, "r": vertex.resource, "ns": vertex.namespace, "n": vertex.name}
-    return {"g": vertex.group, "v": vertex.version, "r": vertex.resource, "n": vertex.name}
+    group, version, resource, namespace, name = vertex  # the graph's shared ids are plain tuples
+    if namespace:
+        return {"g": group, "v": version, "r": resource, "ns": namespace, "n": name}
+    return {"g": group, "v": version, "r": resource, "n": name}
 
 
 def _attrs_json(bits: int) -> dict[str, bool]:
@@ -125,84 +132,115 @@ def error_to_json(code: int, code_string: str, reason: str) -> bytes:
 # ---- protobuf (agentk -> kas) -------------------------------------------------------------------
 
 
-def _vertex_pb(vertex: VertexId) -> rpc_pb2.Vertex:
-    return rpc_pb2.Vertex(
-        group=vertex.group,
-        version=vertex.version,
-        resource=vertex.resource,
-        namespace=vertex.namespace,
-        name=vertex.name,
-    )
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
-def actions_to_proto(actions: Iterable[Action]) -> list[rpc_pb2.Action]:
-    """Convert engine actions to protobuf actions."""
-    out: list[rpc_pb2.Action] = []
-    for action in actions:
-        if isinstance(action, SetVertex):
-            out.append(
-                rpc_pb2.Action(
-                    set_vertex=rpc_pb2.SetVertex(
-                        vertex=_vertex_pb(action.vertex), object=action.object or b"", json_path=action.json_path or b""
-                    )
-                )
-            )
-        elif isinstance(action, DeleteVertex):
-            out.append(rpc_pb2.Action(delete_vertex=rpc_pb2.DeleteVertex(vertex=_vertex_pb(action.vertex))))
-        elif isinstance(action, SetArc):
-            bits = action.attributes
-            out.append(
-                rpc_pb2.Action(
-                    set_arc=rpc_pb2.SetArc(
-                        source=_vertex_pb(action.source),
-                        destination=_vertex_pb(action.destination),
-                        type=action.type,
-                        attributes=rpc_pb2.ArcAttributes(
-                            controller=bool(bits & ATTR_CONTROLLER),
-                            block_owner_deletion=bool(bits & ATTR_BLOCK_OWNER_DELETION),
-                            destination_missing=bool(bits & ATTR_DESTINATION_MISSING),
-                        ),
-                    )
-                )
-            )
-        else:
-            out.append(
-                rpc_pb2.Action(
-                    delete_arc=rpc_pb2.DeleteArc(
-                        source=_vertex_pb(action.source), destination=_vertex_pb(action.destination), type=action.type
-                    )
-                )
-            )
+_SMALL_VARINTS = [_varint(n) for n in range(128)]
+
+
+def _field(tag: bytes, payload: bytes) -> bytes:
+    """A length-delimited field: ``tag`` (one byte, fields 1-15) + length + payload."""
+    size = len(payload)
+    return tag + (_SMALL_VARINTS[size] if size < 128 else _varint(size)) + payload
+
+
+# Tags (field number << 3 | wire type 2) of the length-delimited fields used below.
+_T1, _T2, _T3, _T4, _T5 = b"\x0a", b"\x12", b"\x1a", b"\x22", b"\x2a"
+
+
+def _vertex_pb_bytes(vertex: VertexId) -> bytes:
+    out = b""
+    for tag, value in zip((_T1, _T2, _T3, _T4, _T5), vertex, strict=True):
+        if value:
+            out += _field(tag, value.encode())
     return out
 
 
-def response_to_proto(actions: Sequence[Action], warnings: Sequence[GraphWarning] = ()) -> rpc_pb2.WatchGraphResponse:
-    """One ``WatchGraphResponse`` from engine actions and warnings."""
-    return rpc_pb2.WatchGraphResponse(
-        actions=actions_to_proto(actions),
-        warnings=[rpc_pb2.Warning(type=w.type, message=w.message, attributes=dict(w.attributes)) for w in warnings],
+def _attributes_pb_bytes(bits: int) -> bytes:
+    return (
+        (b"\x08\x01" if bits & ATTR_CONTROLLER else b"")
+        + (b"\x10\x01" if bits & ATTR_BLOCK_OWNER_DELETION else b"")
+        + (b"\x18\x01" if bits & ATTR_DESTINATION_MISSING else b"")
     )
 
 
-def _vertex_from_pb(vertex: rpc_pb2.Vertex) -> VertexId:
-    return VertexId(vertex.group, vertex.version, vertex.resource, vertex.namespace, vertex.name)
+def encode_response(actions: Iterable[Action], warnings: Sequence[GraphWarning] = ()) -> bytes:
+    """The serialized ``WatchGraphResponse`` for engine actions and warnings (agentk side).
+
+    Equal to building the message with the generated classes and serializing it; each distinct vertex is
+    encoded once per call.
+    """
+    vertices: dict[VertexId, bytes] = {}
+
+    def vx(vertex: VertexId) -> bytes:
+        encoded = vertices.get(vertex)
+        if encoded is None:
+            encoded = vertices[vertex] = _vertex_pb_bytes(vertex)
+        return encoded
+
+    parts: list[bytes] = []
+    for action in actions:
+        if isinstance(action, SetArc):
+            body = (
+                _field(_T1, vx(action.source))
+                + _field(_T2, vx(action.destination))
+                + (_field(_T3, action.type.encode()) if action.type else b"")
+                + _field(_T4, _attributes_pb_bytes(action.attributes))
+            )
+            parts.append(_field(_T1, _field(_T3, body)))
+        elif isinstance(action, SetVertex):
+            body = _field(_T1, vx(action.vertex))
+            if action.object:
+                body += _field(_T2, action.object)
+            if action.json_path:
+                body += _field(_T3, action.json_path)
+            parts.append(_field(_T1, _field(_T1, body)))
+        elif isinstance(action, DeleteVertex):
+            parts.append(_field(_T1, _field(_T2, _field(_T1, vx(action.vertex)))))
+        else:
+            body = (
+                _field(_T1, vx(action.source))
+                + _field(_T2, vx(action.destination))
+                + (_field(_T3, action.type.encode()) if action.type else b"")
+            )
+            parts.append(_field(_T1, _field(_T4, body)))
+    for w in warnings:
+        encoded = rpc_pb2.Warning(type=w.type, message=w.message, attributes=dict(w.attributes)).SerializeToString()
+        parts.append(_field(_T2, encoded))
+    return b"".join(parts)
+
+
+def response_to_proto(actions: Sequence[Action], warnings: Sequence[GraphWarning] = ()) -> rpc_pb2.WatchGraphResponse:
+    """One ``WatchGraphResponse`` message from engine actions and warnings (see :func:`encode_response`)."""
+    return rpc_pb2.WatchGraphResponse.FromString(encode_response(actions, warnings))
 
 
 def response_to_json(response: rpc_pb2.WatchGraphResponse) -> bytes:
-    """The client JSON message for one agent response (kas side).
+    """The client JSON message for one agent response (kas side), byte for byte what :func:`batch_to_json` gives.
 
     Raises:
         ValueError: an action sets no known variant (a newer or broken agent).
     """
-    actions: list[Action] = []
+    vertices: dict[tuple[str, str, str, str, str], bytes] = {}
+    encode = _ENCODER.encode
+
+    def vx(pb: rpc_pb2.Vertex) -> bytes:
+        key = (pb.group, pb.version, pb.resource, pb.namespace, pb.name)
+        encoded = vertices.get(key)
+        if encoded is None:
+            encoded = vertices[key] = encode(_vertex_json(VertexId(*key)))
+        return encoded
+
+    parts: list[bytes] = []
     for action in response.actions:
         variant = action.WhichOneof("action")
-        if variant == "set_vertex":
-            svx = action.set_vertex
-            actions.append(SetVertex(_vertex_from_pb(svx.vertex), svx.object or None, svx.json_path or None))
-        elif variant == "delete_vertex":
-            actions.append(DeleteVertex(_vertex_from_pb(action.delete_vertex.vertex)))
-        elif variant == "set_arc":
+        if variant == "set_arc":
             sarc = action.set_arc
             attrs = sarc.attributes
             bits = (
@@ -210,14 +248,55 @@ def response_to_json(response: rpc_pb2.WatchGraphResponse) -> bytes:
                 | (ATTR_BLOCK_OWNER_DELETION if attrs.block_owner_deletion else 0)
                 | (ATTR_DESTINATION_MISSING if attrs.destination_missing else 0)
             )
-            actions.append(SetArc(_vertex_from_pb(sarc.source), _vertex_from_pb(sarc.destination), sarc.type, bits))
+            parts.append(
+                b'{"sarc":{"s":'
+                + vx(sarc.source)
+                + b',"d":'
+                + vx(sarc.destination)
+                + b',"t":'
+                + _json_string(sarc.type)
+                + (b',"a":' + _ATTRS_JSON[bits] if bits else b"")
+                + b"}}"
+            )
+        elif variant == "set_vertex":
+            svx = action.set_vertex
+            payload = b""
+            if svx.object and svx.object not in _EMPTY:
+                payload = b',"o":' + svx.object
+            elif svx.json_path and svx.json_path not in _EMPTY:
+                payload = b',"j":' + svx.json_path
+            parts.append(b'{"svx":{"vx":' + vx(svx.vertex) + payload + b"}}")
+        elif variant == "delete_vertex":
+            parts.append(b'{"dvx":{"vx":' + vx(action.delete_vertex.vertex) + b"}}")
         elif variant == "delete_arc":
             darc = action.delete_arc
-            actions.append(DeleteArc(_vertex_from_pb(darc.source), _vertex_from_pb(darc.destination), darc.type))
+            parts.append(
+                b'{"darc":{"s":'
+                + vx(darc.source)
+                + b',"d":'
+                + vx(darc.destination)
+                + b',"t":'
+                + _json_string(darc.type)
+                + b"}}"
+            )
         else:
             raise ValueError("agent sent an action of an unknown kind")
-    warnings = [GraphWarning(w.type, w.message, dict(w.attributes)) for w in response.warnings]
-    return batch_to_json(actions, warnings)
+    out = b"{"
+    if parts:
+        out += b'"actions":[' + b",".join(parts) + b"]"
+    if response.warnings:
+        warnings = [_warning_json(GraphWarning(w.type, w.message, dict(w.attributes))) for w in response.warnings]
+        out += (b"," if parts else b"") + b'"warnings":' + encode(warnings)
+    return out + b"}"
+
+
+_ATTRS_JSON = [_ENCODER.encode(_attrs_json(bits)) for bits in range(8)]
+_ARC_TYPES_JSON = {t: _ENCODER.encode(t) for t in ("or", "r", "t")}
+
+
+def _json_string(value: str) -> bytes:
+    encoded = _ARC_TYPES_JSON.get(value)
+    return encoded if encoded is not None else _ENCODER.encode(value)
 
 
 # ---- request conversion ------------------------------------------------------------------------
