@@ -11,6 +11,8 @@ place only when every binary runs, so an interrupted build resumes and a half-bu
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import queue
@@ -20,7 +22,7 @@ import subprocess
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -206,6 +208,18 @@ def _verify(out: Path) -> None:
             )
 
 
+@contextlib.contextmanager
+def _exclusive(lock_path: Path, progress: Progress) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``lock_path`` (released when the process ends, even by a crash)."""
+    with lock_path.open("w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            progress(f"another build of the Kubernetes test binaries is running; waiting for it ({lock_path})")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def build(force: bool = False, progress: Progress = print) -> Path:
     """Build (or reuse) the cached binaries and return their directory.
 
@@ -225,35 +239,42 @@ def build(force: bool = False, progress: Progress = print) -> Path:
     if problem is None and not force:
         progress(f"Kubernetes test binaries are cached in {final}")
         return final
-    versions = f"Kubernetes v{K8S_VERSION}, etcd v{ETCD_VERSION}, kwok v{KWOK_VERSION}"
-    progress(f"building {versions} into {final} ({problem or 'forced'})")
-    go = _check_go(progress)
-    partial = final.parent / f".partial-{final.name}"
-    if force:
-        shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod", GOTOOLCHAIN=os.environ.get("GOTOOLCHAIN", "auto"))
-    runner = _Runner(env=env, progress=progress)
-    timings: dict[str, float] = {}
-    timings_file = partial / "timings.json"
-    if timings_file.is_file():
-        timings = json.loads(timings_file.read_text())
-    for label, outputs, step in _STEPS:
-        if all((partial / o).is_file() for o in outputs) and label in timings:
-            progress(f"[{label}] already built")
-            continue
-        progress(f"[{label}] building {', '.join(outputs)}")
-        started = time.monotonic()
-        step(go, runner, final.parent / "work" / label, partial)
-        timings[label] = round(time.monotonic() - started, 1)
-        timings_file.write_text(json.dumps(timings))
-        progress(f"[{label}] done in {timings[label]:.0f}s")
-    _verify(partial)
-    manifest = dict(expected_manifest(), build_seconds=timings)
-    (partial / MANIFEST).write_text(json.dumps(manifest, indent=2))
-    timings_file.unlink()
-    shutil.rmtree(final, ignore_errors=True)
-    partial.rename(final)
-    shutil.rmtree(final.parent / "work", ignore_errors=True)
-    progress(f"Kubernetes test binaries ready in {final} (build {sum(timings.values()):.0f}s)")
-    return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    # Two builds sharing the partial directory corrupt each other: the second waits, then finds the cache.
+    with _exclusive(final.parent / ".build.lock", progress):
+        problem = cache_problem(final)
+        if problem is None and not force:
+            progress(f"Kubernetes test binaries are cached in {final}")
+            return final
+        versions = f"Kubernetes v{K8S_VERSION}, etcd v{ETCD_VERSION}, kwok v{KWOK_VERSION}"
+        progress(f"building {versions} into {final} ({problem or 'forced'})")
+        go = _check_go(progress)
+        partial = final.parent / f".partial-{final.name}"
+        if force:
+            shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod", GOTOOLCHAIN=os.environ.get("GOTOOLCHAIN", "auto"))
+        runner = _Runner(env=env, progress=progress)
+        timings: dict[str, float] = {}
+        timings_file = partial / "timings.json"
+        if timings_file.is_file():
+            timings = json.loads(timings_file.read_text())
+        for label, outputs, step in _STEPS:
+            if all((partial / o).is_file() for o in outputs) and label in timings:
+                progress(f"[{label}] already built")
+                continue
+            progress(f"[{label}] building {', '.join(outputs)}")
+            started = time.monotonic()
+            step(go, runner, final.parent / "work" / label, partial)
+            timings[label] = round(time.monotonic() - started, 1)
+            timings_file.write_text(json.dumps(timings))
+            progress(f"[{label}] done in {timings[label]:.0f}s")
+        _verify(partial)
+        manifest = dict(expected_manifest(), build_seconds=timings)
+        (partial / MANIFEST).write_text(json.dumps(manifest, indent=2))
+        timings_file.unlink()
+        shutil.rmtree(final, ignore_errors=True)
+        partial.rename(final)
+        shutil.rmtree(final.parent / "work", ignore_errors=True)
+        progress(f"Kubernetes test binaries ready in {final} (build {sum(timings.values()):.0f}s)")
+        return final
