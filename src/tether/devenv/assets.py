@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,26 +91,40 @@ def _env_override(name: str) -> Path | None:
     return None
 
 
+def manifest_problem(directory: Path, expected: dict[str, str], binaries: Sequence[str], kind: str = "") -> str | None:
+    """Explain why a cached build in ``directory`` is unusable, or return None when it looks complete.
+
+    Shared by the Kubernetes and the upstream caches: ``manifest.json`` must hold ``expected`` (versions)
+    and every name in ``binaries`` must be an executable file. ``kind`` (e.g. ``"upstream "``) prefixes
+    "build" and "cache" in the message.
+    """
+    manifest_path = directory / MANIFEST
+    if not manifest_path.is_file():
+        return f"no complete {kind}build in {directory} (manifest.json missing)"
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, ValueError) as exc:
+        return f"unreadable {manifest_path}: {exc}"
+    stale = f"stale {kind}cache"
+    for key, want in expected.items():
+        if manifest.get(key) != want:
+            return f"{stale} in {directory}: {key} is {manifest.get(key)!r}, expected {want!r}"
+    for name in binaries:
+        path = directory / name
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            return f"{stale} in {directory}: {name} is missing or not executable"
+    return None
+
+
 def cache_problem(directory: Path | None = None) -> str | None:
     """Explain why the cache at ``directory`` (default :func:`cache_dir`) is unusable, or return None.
 
     A cache is stale when its manifest records other versions or a binary or stage file is missing.
     """
     directory = directory or cache_dir()
-    manifest_path = directory / MANIFEST
-    if not manifest_path.is_file():
-        return f"no complete build in {directory} (manifest.json missing)"
-    try:
-        manifest = json.loads(manifest_path.read_text())
-    except (OSError, ValueError) as exc:
-        return f"unreadable {manifest_path}: {exc}"
-    for key, want in expected_manifest().items():
-        if manifest.get(key) != want:
-            return f"stale cache in {directory}: {key} is {manifest.get(key)!r}, expected {want!r}"
-    for name in COMPONENTS:
-        path = directory / name
-        if not (path.is_file() and os.access(path, os.X_OK)):
-            return f"stale cache in {directory}: {name} is missing or not executable"
+    problem = manifest_problem(directory, expected_manifest(), COMPONENTS)
+    if problem is not None:
+        return problem
     for stage in KWOK_STAGE_FILES:
         if not (directory / "stages" / stage).is_file():
             return f"stale cache in {directory}: kwok stage {stage} is missing"

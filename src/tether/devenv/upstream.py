@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tether.devenv.assets import cache_root
+from tether.devenv.assets import cache_root, manifest_problem
 from tether.devenv.build import BuildError, Progress, _check_go, _Runner
 
 AGENT_COMMIT = "8daa08cc"
@@ -64,21 +64,7 @@ def expected_manifest() -> dict[str, str]:
 def cache_problem(directory: Path | None = None) -> str | None:
     """Explain why the upstream cache at ``directory`` is unusable, or return None when it is complete."""
     directory = directory or cache_dir()
-    manifest_path = directory / MANIFEST
-    if not manifest_path.is_file():
-        return f"no complete upstream build in {directory} (manifest.json missing)"
-    try:
-        manifest = json.loads(manifest_path.read_text())
-    except (OSError, ValueError) as exc:
-        return f"unreadable {manifest_path}: {exc}"
-    for key, want in expected_manifest().items():
-        if manifest.get(key) != want:
-            return f"stale upstream cache in {directory}: {key} is {manifest.get(key)!r}, expected {want!r}"
-    for name in BINARIES:
-        path = directory / name
-        if not (path.is_file() and os.access(path, os.X_OK)):
-            return f"stale upstream cache in {directory}: {name} is missing or not executable"
-    return None
+    return manifest_problem(directory, expected_manifest(), BINARIES, "upstream ")
 
 
 @dataclass(frozen=True)
