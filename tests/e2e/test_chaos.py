@@ -65,8 +65,12 @@ class Record:
     disruptions: list[Disruption] = field(default_factory=list)
 
     def recovery_s(self, disruption: Disruption, until: float) -> float:
-        """Seconds from the component being back until the last failed request (started in the window) ended."""
-        failures = [o.ended for o in self.outcomes if not o.ok and disruption.began <= o.started < until]
+        """Seconds from the component being back until the last failed request (ended in the window) ended.
+
+        A request is counted by when it ended: one that began just before the next disruption and failed
+        because of it belongs to that disruption, not to the previous one.
+        """
+        failures = [o.ended for o in self.outcomes if not o.ok and disruption.began <= o.ended < until]
         return max([0.0, *(f - disruption.ended for f in failures)])
 
 
@@ -181,7 +185,7 @@ async def test_chaos_two_kas_under_load(system: System, kas_hub: RealHub, bulk: 
 
     failed = sum(not o.ok for o in record.outcomes)
     longest = max(o.ended - o.started for o in record.outcomes)
-    bounds = [d.began for d in record.disruptions[1:]] + [stop_at]
+    bounds = [d.began for d in record.disruptions[1:]] + [float("inf")]
     recoveries = {
         d.name: round(record.recovery_s(d, until), 2) for d, until in zip(record.disruptions, bounds, strict=True)
     }

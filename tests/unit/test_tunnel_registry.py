@@ -157,3 +157,36 @@ async def test_tracker_registration_once_and_delayed_unregistration() -> None:
     await asyncio.gather(replacement, return_exceptions=True)
     await asyncio.sleep(0.2)
     assert tracker.calls == [("register", 11), ("unregister", 11)]
+
+
+class FailingTracker(RecordingTracker):
+    """Fails every registration while ``down`` (Redis away), like the tracker after its own retries."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = True
+
+    async def register(self, agent_id: int) -> None:
+        if self.down:
+            raise ConnectionError("Redis is away")
+        await super().register(agent_id)
+
+
+async def test_failed_registration_is_retried_while_the_agent_keeps_its_idle_tunnels() -> None:
+    # Issue 9 chaos test: an agent whose registration failed during a Redis outage was advertised again only
+    # when a new tunnel of it arrived, which never happens while no other kas can route to it.
+    tracker = FailingTracker()
+    registry = TunnelRegistry(tracker)
+    holder = asyncio.create_task(registry.handle_tunnel(tunnel(21), 60))
+    gone = asyncio.create_task(registry.handle_tunnel(tunnel(22), 60))
+    await settle()
+    assert registry.tracked_agents() == set()
+    assert await registry.register_failed() == [], "still failing: nothing registered, still pending"
+    gone.cancel()
+    await asyncio.gather(gone, return_exceptions=True)
+    tracker.down = False
+    assert await registry.register_failed() == [21], "agent 22 has no tunnel here any more"
+    assert tracker.calls == [("register", 21)] and registry.tracked_agents() == {21}
+    assert await registry.register_failed() == []
+    holder.cancel()
+    await asyncio.gather(holder, return_exceptions=True)

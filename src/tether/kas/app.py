@@ -38,6 +38,7 @@ from tether.modshared.supervisor import ModuleSupervisor
 from tether.pb.gitlab.agent.agent_tokens.rpc import rpc_pb2_grpc as tokens_grpc
 from tether.pb.gitlab.agent.event.event_pb2 import TunnelsAvailable
 from tether.pb.gitlab.agent.kas.instance_pb2 import KasInstanceInfo
+from tether.tool.backoff import Backoff
 from tether.tool.events import EventBus
 from tether.tool.expiring_hash import HashBackend
 from tether.tool.grpc_stream import BOUNDED_WINDOW_OPTIONS
@@ -338,6 +339,7 @@ class KasApp:
             "kas_instances": self.instances.run,
             "count_agents": self._count_agents,
             "rebuild_after_reconnect": self._rebuild_after_reconnect,
+            "register_failed_tunnels": self.registry.run,
             "close_unused_kas_channels": self._close_unused_channels,
         }
         for name, run in loops.items():
@@ -350,18 +352,34 @@ class KasApp:
 
     async def _rebuild_after_reconnect(self) -> None:
         # A re-subscription means Redis was unreachable, maybe restarted empty: re-write our state now
-        # instead of waiting for the next periodic refresh.
+        # instead of waiting for the next periodic refresh, until every part succeeded, then wake routing kas
+        # instances that wait for our agents.
         seen = 1
         while True:
             await self.events.wait_subscribed(seen + 1)
             seen = self.events.subscriptions
-            results = await asyncio.gather(
-                self.tunnel_tracker.refresh(),
-                self.agent_tracker.rebuild(),
-                self.instances.refresh(),
-                return_exceptions=True,
-            )
+            backoff = Backoff(initial_s=0.2, max_s=2.0, jitter=0.2)
+            while True:
+                results = await asyncio.gather(
+                    self.tunnel_tracker.refresh(),
+                    self.registry.register_failed(),
+                    self.agent_tracker.rebuild(),
+                    self.instances.refresh(),
+                    return_exceptions=True,
+                )
+                failures = [r for r in results if isinstance(r, BaseException)]
+                if not failures:
+                    break
+                delay = backoff.next_delay()
+                log.warning(
+                    "re-writing state after reconnecting to Redis failed (%s); again in %.1f s", failures[0], delay
+                )
+                await asyncio.sleep(delay)
             log.info("state re-written after reconnecting to Redis: %s", results)
+            try:
+                await self.tunnel_tracker.announce(self.tunnel_tracker.registered_agents())
+            except Exception as exc:  # best effort: routing kas instances re-read the tracker anyway
+                log.warning("announcing this kas' agents after reconnecting to Redis failed: %s", exc)
 
     async def _close_unused_channels(self) -> None:
         # Channels to kas instances that left would otherwise stay open, reconnecting, forever.

@@ -92,6 +92,8 @@ class TunnelRegistry:
         self._idle: dict[int, list[Tunnel]] = {}
         self._waiters: dict[int, list[_Waiter]] = {}
         self._tracked: set[int] = set()
+        #: Agents with tunnels here whose tracker registration failed (Redis away); :meth:`register_failed` retries.
+        self._unadvertised: set[int] = set()
         self._unregister_timers: dict[int, asyncio.TimerHandle] = {}
         self._background: set[asyncio.Task[None]] = set()
         self._stopped = False
@@ -209,11 +211,40 @@ class TunnelRegistry:
         try:
             await getattr(self._tracker, action)(agent_id)
         except Exception:
-            # The tracker already retried. A registration that failed is forgotten, so the agent's next tunnel
-            # registers it again (nothing half-registered is refreshed forever); an unregistration expires.
+            # The tracker already retried. A registration that failed is forgotten (nothing half-registered is
+            # refreshed forever) and retried by register_failed() or the agent's next tunnel; an unregistration
+            # expires.
             log.exception("tunnel tracker %s failed", action, extra={"agent_id": agent_id})
             if action == "register":
                 self._tracked.discard(agent_id)
+                self._unadvertised.add(agent_id)
+        else:
+            self._unadvertised.discard(agent_id)
+
+    async def register_failed(self) -> list[int]:
+        """Register again every agent whose registration failed and that still has idle tunnels here.
+
+        Without this such an agent stays unreachable from other kas instances until a new tunnel of it
+        arrives, which never happens while nobody can route to it (issue 9 chaos test: Redis outage).
+        Returns the agent ids registered now; failures stay pending for the next call.
+        """
+        pending, self._unadvertised = self._unadvertised, set()
+        registered = []
+        for agent_id in sorted(pending):
+            if agent_id not in self._idle or agent_id in self._tracked:
+                continue
+            self._tracked.add(agent_id)
+            await self._io("register", agent_id)
+            if agent_id in self._tracked:
+                registered.append(agent_id)
+        return registered
+
+    async def run(self, retry_s: float = 2.0) -> None:
+        """Retry failed registrations every ``retry_s`` seconds until cancelled."""
+        while True:
+            await asyncio.sleep(retry_s)
+            if self._unadvertised:
+                await self.register_failed()
 
     def _spawn(self, coro: object) -> None:
         # Redis I/O must not be lost when the request that triggered it is cancelled (kas.md §1.6).

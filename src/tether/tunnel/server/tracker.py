@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable
 
 from tether.pb.gitlab.agent.event.event_pb2 import TunnelsAvailable
 from tether.tool.events import EventBus
@@ -90,6 +91,15 @@ class TunnelTracker:
     async def refresh(self) -> int:
         """Rewrite this kas' entries with a fresh expiry; returns the number of entries written."""
         return await self._hash.refresh()
+
+    async def announce(self, agent_ids: Iterable[int]) -> None:
+        """Publish ``TunnelsAvailable`` for each of ``agent_ids`` (after this kas' entries were written again).
+
+        A routing kas waiting for one of these agents tries at once instead of at its next tracker re-read.
+        Raises the backend's error.
+        """
+        for agent_id in agent_ids:
+            await self._events.publish(TunnelsAvailable(agent_id=agent_id, kas_url=self._own_url))
 
     async def clear(self) -> int:
         """Delete all entries of this kas (shutdown, kas.md §1.6 "Redis entries for all agents are deleted")."""
