@@ -1,7 +1,9 @@
-"""One request followed across processes by its ``request_id`` (issue 9 item 6).
+"""One request followed across processes by its ``request_id``, one agentk connection by its ``connection_id``
+(issue 9 item 6).
 
 kas gives each proxied request an id, logs with it, and passes it to agentk (gRPC metadata) and to the hub
-(``X-Request-Id``); every process writes JSON lines with the same context fields.
+(``X-Request-Id``); every process writes JSON lines with the same context fields. agentk's connection id (its
+pod id) is on its own lines and on kas' lines about its tunnels, configuration stream and registrations.
 """
 
 from __future__ import annotations
@@ -61,6 +63,42 @@ async def test_request_id_follows_a_request_from_kas_to_agentk(
     assert on_kas[-1]["agent_id"] == agent_id == on_agentk[-1]["agent_id"]
     assert on_kas[-1]["kas_url"] == kas1.private_url
     assert on_agentk[-1]["kas_url"].endswith(str(kas2.ports["agent"]))
+
+
+async def test_connection_id_ties_kas_lines_of_tunnels_and_configuration_stream_to_agentk(
+    system: System, kas_hub: RealHub, bulk: Bulk, tmp_path: Path
+) -> None:
+    kas = system.kas(observability={"logging": {"level": "debug"}})
+    agent_id, pat = await agent_behind(system, kas_hub, bulk, kas, tmp_path)
+    agentk = system.started[-1]
+    async with (
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_tls(kas))) as session,
+        session.get(kas.k8s_proxy_url + "broken", headers={"Authorization": f"Bearer pat:{agent_id}:{pat}"}) as resp,
+    ):
+        assert resp.status == 502
+    kas_log = kas.directory / "kas.log"
+    agentk_log = system.directory / f"{agentk.name}.log"
+
+    def lines(path: Path, event: str) -> list[dict[str, Any]]:
+        return [e for e in json_lines(path) if e.get("event") == event]
+
+    kas_events = ("tunnel opened", "sent agent configuration", "registered agentk pod")
+    poll_sync(
+        lambda: lines(agentk_log, "agent_registered") and all(lines(kas_log, e) for e in kas_events),
+        "agentk registered and kas logging its tunnel, configuration stream and registration",
+        limit=15,
+    )
+    registered = lines(agentk_log, "agent_registered")[-1]
+    connection_id = registered["pod_id"]
+    assert isinstance(connection_id, int) and connection_id > 0
+    assert registered["connection_id"] == connection_id
+    started = lines(agentk_log, "agentk_started")[-1]
+    assert started["connection_id"] == connection_id  # on every agentk line, not only the registrar's
+    for event in kas_events:
+        line = lines(kas_log, event)[-1]
+        assert line["connection_id"] == connection_id, (event, line)
+        assert line["agent_id"] == agent_id, (event, line)
+        assert line["kas_url"] == kas.private_url
 
 
 async def test_kas_sends_the_request_id_to_the_hub() -> None:

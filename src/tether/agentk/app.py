@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import random
 import signal
 from collections.abc import Sequence
 
@@ -30,7 +31,7 @@ from tether.modshared.supervisor import ModuleSupervisor
 from tether.modules.agent_configuration.agent import ConfigurationWatcher, build_agent_meta
 from tether.pb.gitlab.agent.agentcfg import agentcfg_pb2
 from tether.tool.http_server import SafeAppRunner
-from tether.tool.logs import set_process_fields, setup_logging
+from tether.tool.logs import CONNECTION_ID_METADATA, set_process_fields, setup_logging
 from tether.tool.supervisor import supervise
 from tether.tunnel.agent.connection import ConnectedTunnels, TunnelConnection
 from tether.tunnel.agent.pool import ConnectionPool, PooledConnection, TunnelListener
@@ -100,8 +101,20 @@ class AgentkApp:
         internal = InternalServer(options=message_limits)
         supervisor = ModuleSupervisor("agentk")
         kas_channel = self._kas_channel()
-        metadata = config.call_metadata()
-        self._api = AgentApi(kube, credentials, internal, supervisor.spawn, kas=kas_channel, kas_metadata=metadata)
+        # This process' connection id: the pod id it registers with, on its log lines and sent to kas with
+        # every call so kas' lines about this connection carry it too (issue 9 item 6).
+        connection_id = random.getrandbits(63) or 1
+        set_process_fields(connection_id=connection_id)
+        metadata = (*config.call_metadata(), (CONNECTION_ID_METADATA, str(connection_id)))
+        self._api = AgentApi(
+            kube,
+            credentials,
+            internal,
+            supervisor.spawn,
+            kas=kas_channel,
+            kas_metadata=metadata,
+            connection_id=connection_id,
+        )
         modules = [m for m in (factory.new(self._api) for factory in self._factories) if m is not None]
         async with contextlib.AsyncExitStack() as stack:
             stack.push_async_callback(kas_channel.close)

@@ -37,7 +37,9 @@ class AgentApi:
         kas: channel to kas' agent listener, for modules that call kas themselves (upstream ``KasConn``);
             None in processes without kas (tests of single modules).
         kas_metadata: per-RPC metadata of every call to kas (``authorization: Bearer <token>`` and the
-            ``--kas-header`` pairs).
+            ``--kas-header`` pairs, and the connection id).
+        connection_id: this agentk's connection id, the random pod id it registers with (kas.md §3.3); 0 when
+            the process has none (tests of single modules).
         configuration_callbacks: filled by :meth:`on_configuration`.
         stream_end_callbacks: filled by :meth:`on_configuration_stream_end`.
     """
@@ -48,6 +50,7 @@ class AgentApi:
     spawn: Spawner
     kas: aio.Channel | None = None
     kas_metadata: Metadata = ()
+    connection_id: int = 0
     configuration_callbacks: list[ConfigurationCallback] = field(default_factory=list)
     stream_end_callbacks: list[Callable[[], None]] = field(default_factory=list)
     #: Where agentk runs (``POD_NAMESPACE``/``POD_NAME``); set by the process before any configuration arrives.

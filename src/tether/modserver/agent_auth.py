@@ -31,6 +31,7 @@ from cachetools import TTLCache
 from tether.modserver.gitlab_client import AgentInfo, GitlabClient, GitlabClientError
 from tether.tool.grpc_meta import MetadataIn
 from tether.tool.jwt_auth import reject_handler
+from tether.tool.logs import bind_for_task, connection_id_from
 from tether.tool.rate_limit import RateLimiter
 from tether.tool.rate_limit import per_minute as rate_per_minute
 from tether.tool.status import StatusError
@@ -242,7 +243,8 @@ class AgentAuthInterceptor(grpc.aio.ServerInterceptor):
 
     Without it, a handler's request message (up to ``max_message_size``) is parsed before the handler checks
     the token (issue 9 item 7). Handlers still call :meth:`AgentAuthenticator.authenticate` for the
-    :class:`AgentInfo`; the answer then comes from the cache.
+    :class:`AgentInfo`; the answer then comes from the cache. The handler's log lines carry the ``agent_id``
+    and the ``connection_id`` agentk sent (:func:`tether.tool.logs.connection_id_from`).
 
     New RPCs per token are limited to ``connections_per_token_per_minute`` across every kas sharing the
     limiter's Redis (upstream's ``agent.listen.connections_per_token_per_minute``; 0 turns it off); beyond,
@@ -275,7 +277,9 @@ class AgentAuthInterceptor(grpc.aio.ServerInterceptor):
                         f"rate limit exceeded: more than {self._limit.amount} RPCs per minute with this agent token "
                         "(agent.listen.connections_per_token_per_minute)",
                     )
-            await self._auth.authenticate(metadata)
+            agent = await self._auth.authenticate(metadata)
         except AuthError as exc:
             return reject_handler(exc.code, exc.message)
+        # The handler runs in this task: its lines carry the agent and agentk's connection (issue 9 item 6).
+        bind_for_task(agent_id=agent.agent_id, connection_id=connection_id_from(metadata))
         return await continuation(handler_call_details)

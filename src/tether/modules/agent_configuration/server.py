@@ -1,8 +1,9 @@
 """kas' ``AgentConfiguration.GetConfiguration`` stream: the agent connection kas tracks (seed 000, kas.md §6.2).
 
-Each open stream is one agentk connection: it is registered in the agent tracker under a random
-connection id for as long as it stays open. The configuration comes from the hub (Tether keeps agent
-configuration there, not in a git repository) and is sent again whenever its ``commit_id`` changes.
+Each open stream is one agentk connection: unless agentk asks to skip it, it is registered in the agent
+tracker for as long as it stays open, under the connection id agentk sent (a random one otherwise). The
+configuration comes from the hub (Tether keeps agent configuration there, not in a git repository) and is
+sent again whenever its ``commit_id`` changes.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2, rpc_pb2_grpc
 from tether.pb.gitlab.agent.agent_tracker.agent_tracker_pb2 import ConnectedAgentInfo
 from tether.pb.gitlab.agent.agentcfg import agentcfg_pb2
 from tether.tool.backoff import Backoff
+from tether.tool.logs import bind_for_task, current_connection_id
 
 log = logging.getLogger(__name__)
 _AGENT_FIELDS = ("gitops", "observability", "ci_access", "container_scanning", "remote_development", "flux")
@@ -100,10 +102,13 @@ class AgentConfigurationServicer(rpc_pb2_grpc.AgentConfigurationServicer):
         token = bearer_token(context.invocation_metadata())
         connected_at = Timestamp()
         connected_at.GetCurrentTime()
+        # agentk's own connection id when it sent one (Tether agentk), else a random one as upstream kas does.
+        connection_id = current_connection_id() or random.getrandbits(63) or 1
+        bind_for_task(connection_id=connection_id)
         info = ConnectedAgentInfo(
             agent_meta=request.agent_meta,
             connected_at=connected_at,
-            connection_id=random.getrandbits(63),
+            connection_id=connection_id,
             agent_id=agent.agent_id,
             project_id=agent.project_id,
         )
@@ -144,6 +149,7 @@ class AgentConfigurationServicer(rpc_pb2_grpc.AgentConfigurationServicer):
                 if doc.commit_id != last_commit:
                     config = agent_configuration(doc, agent, self._external_url)
                     await context.write(rpc_pb2.ConfigurationResponse(configuration=config, commit_id=doc.commit_id))
+                    log.debug("sent agent configuration", extra={"commit_id": doc.commit_id})
                     last_commit = doc.commit_id
             except GitlabClientError as exc:
                 if exc.status_code in _FATAL:

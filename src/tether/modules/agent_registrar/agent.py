@@ -51,6 +51,7 @@ class Registrar:
         metadata: per-RPC metadata (``authorization: Bearer <token>`` and ``--kas-header`` pairs).
         period_s: seconds between successful calls.
         backoff: delays after failures; defaults to :func:`register_backoff`.
+        pod_id: this pod's id (agentk's connection id); 0 picks a random one.
     """
 
     def __init__(
@@ -61,13 +62,14 @@ class Registrar:
         metadata: Metadata = (),
         period_s: float = REGISTER_PERIOD_S,
         backoff: Backoff | None = None,
+        pod_id: int = 0,
     ) -> None:
         self._stub = rpc_pb2_grpc.AgentRegistrarStub(channel)
         self._agent_meta = agent_meta
         self._metadata = metadata
         self._period_s = period_s
         self._backoff = backoff or register_backoff()
-        self.pod_id = random.getrandbits(63) or 1
+        self.pod_id = pod_id or random.getrandbits(63) or 1
         self.registered = False
         self._wake = asyncio.Event()
 
@@ -148,6 +150,6 @@ class AgentRegistrarAgentFactory:
                 version = None
             return build_agent_meta(version)
 
-        registrar = Registrar(api.kas, current_meta, metadata=api.kas_metadata)
+        registrar = Registrar(api.kas, current_meta, metadata=api.kas_metadata, pod_id=api.connection_id)
         api.on_configuration_stream_end(registrar.poke)
         return _RegistrarModule(registrar, api)

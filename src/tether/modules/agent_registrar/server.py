@@ -20,6 +20,7 @@ from tether.modserver.api import ServerApi
 from tether.modshared.module import IdleModule, Module
 from tether.pb.gitlab.agent.agent_registrar.rpc import rpc_pb2, rpc_pb2_grpc
 from tether.pb.gitlab.agent.agent_tracker.agent_tracker_pb2 import ConnectedAgentInfo
+from tether.tool.logs import bind_for_task
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ class AgentRegistrarServicer(rpc_pb2_grpc.AgentRegistrarServicer):
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT, f"agent_meta is larger than {MAX_AGENT_META_BYTES} bytes"
             )
+        bind_for_task(connection_id=request.pod_id)  # the pod id is the connection id (kas.md §3.3)
         connected_at = Timestamp()
         connected_at.GetCurrentTime()
         info = ConnectedAgentInfo(
@@ -88,6 +90,7 @@ class AgentRegistrarServicer(rpc_pb2_grpc.AgentRegistrarServicer):
                     grpc.StatusCode.RESOURCE_EXHAUSTED, f"agent has {len(known)} registered pods, the maximum"
                 )
             await self._tracker.register_pod(info)
+            log.debug("registered agentk pod", extra={"pod_name": request.agent_meta.pod_name})
         except grpc.aio.AbortError:
             raise
         except Exception:

@@ -25,6 +25,7 @@ from tether.modserver.api import ServerApi
 from tether.modshared.module import IdleModule, Module
 from tether.pb.gitlab.agent.reverse_tunnel.rpc import rpc_pb2, rpc_pb2_grpc
 from tether.tool.automaton import StreamAutomaton, StreamOrderError
+from tether.tool.logs import current_connection_id
 from tether.tunnel.server.registry import TunnelRegistry
 from tether.tunnel.server.tunnel import ConnectContext, Tunnel
 
@@ -112,11 +113,13 @@ class ReverseTunnelServicer(rpc_pb2_grpc.ReverseTunnelServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"invalid tunnel stream: {exc}")
         if not first.descriptor.agent_descriptor.services:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "descriptor advertises no services")
-        tunnel = Tunnel(agent_id, first.descriptor.agent_descriptor, context)
+        tunnel = Tunnel(agent_id, first.descriptor.agent_descriptor, context, current_connection_id())
         age_s = self._max_age_s * random.uniform(0.95, 1.0)
         # Counted once the descriptor is read: a refusal then reaches agentk as its status, not as a failed write.
         with self._count(agent_id, context.peer()):
+            log.debug("tunnel opened", extra={"services": len(first.descriptor.agent_descriptor.services)})
             status = await self._registry.handle_tunnel(tunnel, age_s)
+            log.debug("tunnel closed", extra={"code": "OK" if status is None else status[0].name})
         if status is not None and status[0] is not grpc.StatusCode.OK:
             await context.abort(status[0], status[1])
 

@@ -16,6 +16,7 @@ from google.rpc import status_pb2
 
 from tether.pb.gitlab.agent.kas import kasapp_pb2
 from tether.tool.grpc_meta import MetadataIn
+from tether.tool.logs import bind
 from tether.tool.status import StatusError
 from tether.tunnel.server.metadata import RoutingMetadataError, forwardable, routing_agent_id, split_method
 from tether.tunnel.server.registry import RegistryStopped, TunnelRegistry
@@ -113,12 +114,14 @@ class Gateway:
     async def _forward(self, tunnel: Tunnel, full_method: str, metadata: MetadataIn | None, peer: RoutingPeer) -> None:
         sink = _Sink(peer)
         status: status_pb2.Status | None
-        try:
-            status = await tunnel.forward(full_method, forwardable(metadata), peer, sink)
-        except TunnelBroken as exc:
-            log.info("tunnel broke during forwarding: %s", exc.message, extra={"agent_id": tunnel.agent_id})
-            status = status_pb2.Status(code=exc.code.value[0], message=exc.message)
-            if sink.header_sent and not sink.trailer_sent:
-                await sink.trailer({})
-        if status is not None:
-            await peer.write(Response(error=Response.Error(status=status)))
+        # The call now runs on behalf of the tunnel's agentk connection too (issue 9 item 6).
+        with bind(agent_id=tunnel.agent_id, connection_id=tunnel.connection_id):
+            try:
+                status = await tunnel.forward(full_method, forwardable(metadata), peer, sink)
+            except TunnelBroken as exc:
+                log.info("tunnel broke during forwarding: %s", exc.message)
+                status = status_pb2.Status(code=exc.code.value[0], message=exc.message)
+                if sink.header_sent and not sink.trailer_sent:
+                    await sink.trailer({})
+            if status is not None:
+                await peer.write(Response(error=Response.Error(status=status)))

@@ -77,10 +77,18 @@ class Tunnel:
         agent_id: the authenticated agent.
         descriptor: what agentk can serve (sent as the tunnel's first message).
         context: the kas side of the ``Connect`` RPC; only this object reads or writes it.
+        connection_id: agentk's connection id (its pod id) when it sent one, for log lines.
     """
 
-    def __init__(self, agent_id: int, descriptor: info_pb2.AgentDescriptor, context: ConnectContext) -> None:
+    def __init__(
+        self,
+        agent_id: int,
+        descriptor: info_pb2.AgentDescriptor,
+        context: ConnectContext,
+        connection_id: int | None = None,
+    ) -> None:
         self.agent_id = agent_id
+        self.connection_id = connection_id
         self.methods = descriptor_methods(descriptor)
         self.state = TunnelState.READY
         self._context = context
