@@ -223,7 +223,7 @@ class KasApp:
             self.notifier,
             RoutingOptions(routing.tunnel_find_timeout, routing.try_new_kas_interval, routing.recheck_interval),
         )
-        self.gitlab = GitlabClient(config.gitlab.address, gitlab_secret)
+        self.gitlab = GitlabClient(config.gitlab.address, gitlab_secret, config.gitlab.request_timeout)
         self.auth = AgentAuthenticator(
             self.gitlab,
             self.backend,

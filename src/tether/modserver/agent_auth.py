@@ -28,7 +28,7 @@ import aiohttp
 import grpc
 from cachetools import TTLCache
 
-from tether.modserver.gitlab_client import AgentInfo, GitlabClient, GitlabClientError
+from tether.modserver.gitlab_client import AgentInfo, GitlabClient, GitlabClientError, GitlabTimeout
 from tether.tool.grpc_meta import MetadataIn
 from tether.tool.jwt_auth import reject_handler
 from tether.tool.logs import bind_for_task, connection_id_from
@@ -210,6 +210,9 @@ class AgentAuthenticator:
                     await self._safe_set(key, payload.encode())
                 raise AuthError(_CACHEABLE[exc.status_code], _MESSAGES[exc.status_code]) from exc
             log.warning("agent_info failed: %s", exc)
+            raise AuthError(grpc.StatusCode.UNAVAILABLE, f"agent authentication is unavailable: {exc}") from exc
+        except GitlabTimeout as exc:
+            log.warning("agent_info: %s", exc)
             raise AuthError(grpc.StatusCode.UNAVAILABLE, f"agent authentication is unavailable: {exc}") from exc
         except (aiohttp.ClientError, TimeoutError) as exc:
             log.warning("agent_info unreachable: %r", exc)

@@ -3,11 +3,20 @@
 Every call carries a ``Gitlab-Kas-Api-Request`` JWT (``iss=gitlab-kas``, ``aud=gitlab``, 30 s; kas.md §4.4).
 Calls made on behalf of an agent also carry its token, as ``Authorization: Bearer`` (upstream) and as
 ``Gitlab-Agent-Api-Request`` (Tether's hub accepts either).
+
+Every call is bounded by one deadline, ``gitlab.request_timeout`` (default :data:`DEFAULT_REQUEST_TIMEOUT_S`),
+covering connecting, sending, waiting for the answer and reading its body; a hub that accepts the connection
+and never answers frees the caller at the deadline with :class:`GitlabTimeout` (issue 9 item 5). Upstream
+bounds dialling (30 s) and the response headers (20 s) but not the body; here one stalled peer cannot hold an
+agent's RPC or a proxied request longer than the deadline.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -21,6 +30,25 @@ from tether.tool.logs import REQUEST_ID_HEADER, current_request_id
 JWT_HEADER = "Gitlab-Kas-Api-Request"
 AGENT_TOKEN_HEADER = "Gitlab-Agent-Api-Request"
 _JWT_LIFETIME_S = 30.0
+#: Seconds one internal API call may take from connecting to the last byte of the answer.
+DEFAULT_REQUEST_TIMEOUT_S = 10.0
+#: Seconds to open the TCP (and TLS) connection, within the call's deadline.
+CONNECT_TIMEOUT_S = 5.0
+
+
+class GitlabTimeout(TimeoutError):
+    """The hub did not complete a call within the deadline; the message names the call and the setting.
+
+    Attributes:
+        path: the internal API path called.
+        timeout_s: the deadline that passed, in seconds.
+    """
+
+    def __init__(self, method: str, path: str, timeout_s: float, *, connecting: bool = False) -> None:
+        what = "accept a connection for" if connecting else "answer"
+        super().__init__(f"the hub did not {what} {method} {path} within {timeout_s:g} s (gitlab.request_timeout)")
+        self.path = path
+        self.timeout_s = timeout_s
 
 
 class GitlabClientError(Exception):
@@ -118,14 +146,36 @@ class GitlabClient:
     Args:
         address: base URL of the hub, e.g. ``http://127.0.0.1:8080``.
         secret: the shared JWT secret (32 bytes).
-        timeout_s: total time per request in seconds.
+        timeout_s: deadline of each call in seconds, from connecting to the end of the answer (> 0).
+
+    Every method raises :class:`GitlabTimeout` (a ``TimeoutError``) when its call misses the deadline.
     """
 
-    def __init__(self, address: str, secret: bytes, timeout_s: float = 20.0) -> None:
+    def __init__(self, address: str, secret: bytes, timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> None:
+        if timeout_s <= 0:
+            raise ValueError("timeout_s must be > 0")
         self._base = address.rstrip("/")
         self._secret = secret
-        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._timeout_s = timeout_s
+        self._connect_timeout_s = min(CONNECT_TIMEOUT_S, timeout_s)
+        # No aiohttp total: asyncio.timeout in _deadline is the one bound, and also covers reading the body.
+        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._connect_timeout_s)
         self._session: aiohttp.ClientSession | None = None
+
+    @asynccontextmanager
+    async def _deadline(self, method: str, path: str) -> AsyncIterator[None]:
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                yield
+        except aiohttp.ConnectionTimeoutError as exc:
+            raise GitlabTimeout(method, path, self._connect_timeout_s, connecting=True) from exc
+        except TimeoutError as exc:
+            raise GitlabTimeout(method, path, self._timeout_s) from exc
+
+    def _open_session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=self._timeout)
+        return self._session
 
     def _headers(self, agent_token: str | None) -> dict[str, str]:
         headers = {
@@ -141,15 +191,17 @@ class GitlabClient:
         return headers
 
     async def _request(self, method: str, path: str, agent_token: str | None = None, body: Any = None) -> Any:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self._timeout)
-        url = f"{self._base}/api/v4/internal/kubernetes/{path}"
-        async with self._session.request(
-            method, url, headers=self._headers(agent_token), json=body, allow_redirects=False
-        ) as resp:
+        session = self._open_session()
+        full_path = f"/api/v4/internal/kubernetes/{path}"
+        async with (
+            self._deadline(method, full_path),
+            session.request(
+                method, self._base + full_path, headers=self._headers(agent_token), json=body, allow_redirects=False
+            ) as resp,
+        ):
             text = await resp.text()
             if resp.status >= 300:
-                raise GitlabClientError(resp.status, f"/api/v4/internal/kubernetes/{path}", _reason(text))
+                raise GitlabClientError(resp.status, full_path, _reason(text))
             return json.loads(text) if text else None
 
     async def get_agent_info(self, agent_token: str) -> AgentInfo:
@@ -240,15 +292,17 @@ class GitlabClient:
 
         Raises:
             GitlabClientError: 502 when the answer is longer than ``max_response_bytes``.
-            aiohttp.ClientError, TimeoutError: the hub cannot be reached or did not answer in time.
+            GitlabTimeout: the whole call took longer than the deadline.
+            aiohttp.ClientError: the hub cannot be reached.
         """
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self._timeout)
-        url = f"{self._base}/api/v4/internal/kubernetes/modules/{quote(module_name, safe='')}{path}"
+        session = self._open_session()
+        full_path = f"/api/v4/internal/kubernetes/modules/{quote(module_name, safe='')}"
+        url = self._base + full_path + path
         sent = {**(headers or {}), **self._headers(agent_token)}
-        async with self._session.request(
-            method, url, params=query or [], headers=sent, data=body, allow_redirects=False
-        ) as resp:
+        async with (
+            self._deadline(method, full_path),
+            session.request(method, url, params=query or [], headers=sent, data=body, allow_redirects=False) as resp,
+        ):
             data = bytearray()
             async for chunk in resp.content.iter_chunked(64 * 1024):
                 data += chunk

@@ -21,7 +21,13 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from tether.modserver.agent_auth import AgentAuthenticator, AuthError, bearer_token
 from tether.modserver.agent_tracker import AgentTracker
 from tether.modserver.api import ServerApi
-from tether.modserver.gitlab_client import AgentConfigurationDoc, AgentInfo, GitlabClient, GitlabClientError
+from tether.modserver.gitlab_client import (
+    AgentConfigurationDoc,
+    AgentInfo,
+    GitlabClient,
+    GitlabClientError,
+    GitlabTimeout,
+)
 from tether.modshared.module import IdleModule, Module
 from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2, rpc_pb2_grpc
 from tether.pb.gitlab.agent.agent_tracker.agent_tracker_pb2 import ConnectedAgentInfo
@@ -160,6 +166,9 @@ class AgentConfigurationServicer(rpc_pb2_grpc.AgentConfigurationServicer):
                 wait_s = backoff.next_delay()
             except ConfigurationInvalid as exc:
                 await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"invalid agent configuration: {exc}")
+            except GitlabTimeout as exc:
+                log.warning("agent configuration fetch failed: %s", exc)
+                wait_s = backoff.next_delay()
             except (OSError, TimeoutError) as exc:
                 log.warning("hub unreachable: %r", exc, extra={"agent_id": agent.agent_id})
                 wait_s = backoff.next_delay()

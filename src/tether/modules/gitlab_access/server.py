@@ -19,7 +19,7 @@ import grpc
 
 from tether.modserver.agent_auth import AgentAuthenticator, AuthError, bearer_token
 from tether.modserver.api import ServerApi
-from tether.modserver.gitlab_client import GitlabClient, GitlabClientError
+from tether.modserver.gitlab_client import GitlabClient, GitlabClientError, GitlabTimeout
 from tether.modshared.module import IdleModule, Module
 from tether.modules.gitlab_access import MODULE_NAME
 from tether.pb.gitlab.agent.gitlab_access.rpc import rpc_pb2, rpc_pb2_grpc
@@ -121,6 +121,9 @@ class GitlabAccessServicer(rpc_pb2_grpc.GitlabAccessServicer):
             )
         except GitlabClientError as exc:
             await context.abort(grpc.StatusCode.INTERNAL, f"hub answer refused: {exc.reason}")
+        except GitlabTimeout as exc:
+            log.warning("gitlab_access: %s", exc, extra={"agent_id": agent.agent_id})
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             log.warning("gitlab_access: hub unreachable for agent %d module %s: %s", agent.agent_id, module, exc)
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"the hub cannot be reached: {type(exc).__name__}")

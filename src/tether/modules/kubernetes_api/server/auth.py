@@ -27,7 +27,7 @@ import aiohttp
 from cachetools import TTLCache
 from multidict import MultiMapping
 
-from tether.modserver.gitlab_client import GitlabClient, GitlabClientError, ProxyUserAuthorization
+from tether.modserver.gitlab_client import GitlabClient, GitlabClientError, GitlabTimeout, ProxyUserAuthorization
 from tether.modules.kubernetes_api.server.status import UNAUTHORIZED_HEADER, ProxyError
 from tether.pb.gitlab.agent.kubernetes_api.rpc import rpc_pb2
 from tether.tool.ids import parse_id
@@ -249,6 +249,9 @@ class ProxyUserAuthorizer:
             if self._refusals is not None:
                 self._refusals[key] = refusal
             return refusal
+        except GitlabTimeout as exc:
+            log.warning("authorize_proxy_user: %s", exc)
+            return ProxyError(500, f"authorizing the user failed: {exc}")
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             log.warning("authorize_proxy_user unreachable: %r", exc)
             return ProxyError(500, "authorizing the user failed: the hub is unreachable")
