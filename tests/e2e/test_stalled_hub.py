@@ -78,6 +78,29 @@ async def test_every_hub_call_ends_at_its_deadline(call: str, send_head: bool) -
     assert "token" not in message and "pat" not in message.replace("path", "")
 
 
+async def test_calls_beyond_the_connection_limit_wait_a_bounded_time_for_a_slot() -> None:
+    # One connection, six callers, a hub that never answers: the first callers each hold the connection for their
+    # 1 s deadline; the last ones give up waiting for it after 3 s (three deadlines), saying why.
+    async with stalled_hub() as url:
+        client = GitlabClient(url, b"s" * 32, timeout_s=1.0, max_connections=1)
+        try:
+            began = time.monotonic()
+            results = await asyncio.wait_for(
+                asyncio.gather(*(client.get_agent_info("token") for _ in range(6)), return_exceptions=True),
+                3.0 + 1.0 + SLACK_S,
+            )
+            elapsed = time.monotonic() - began
+        finally:
+            await client.close()
+    assert all(isinstance(r, GitlabTimeout) for r in results), results
+    messages = [str(r) for r in results]
+    answered = [m for m in messages if m.startswith("the hub did not answer GET")]
+    queued = [m for m in messages if m.startswith("no connection to the hub came free for GET")]
+    assert len(answered) + len(queued) == 6 and len(answered) >= 2 and queued, messages
+    assert "within 3 s: 1 calls were in flight" in queued[0]
+    assert elapsed < 3.0 + 1.0 + SLACK_S
+
+
 async def test_unreachable_port_is_not_reported_as_a_timeout() -> None:
     # A refused connection fails at once with aiohttp's error, not after the deadline.
     server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)

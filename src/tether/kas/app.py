@@ -41,7 +41,7 @@ from tether.pb.gitlab.agent.kas.instance_pb2 import KasInstanceInfo
 from tether.tool.backoff import Backoff
 from tether.tool.events import EventBus
 from tether.tool.expiring_hash import HashBackend
-from tether.tool.grpc_stream import BOUNDED_WINDOW_OPTIONS
+from tether.tool.grpc_stream import BOUNDED_WINDOW_OPTIONS, PENDING_RPC_OPTIONS
 from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_GITLAB, ISSUER_KAS, JwtServerInterceptor, JwtVerifier
 from tether.tool.logs import set_process_fields
 from tether.tool.memory_backend import MemoryBackend
@@ -128,6 +128,7 @@ def _server_options(max_message_size: int, max_connection_age_s: float) -> list[
         ("grpc.max_connection_age_ms", int(max_connection_age_s * 0.2 * 1000)),
         ("grpc.max_connection_age_grace_ms", int(max_connection_age_s * 0.65 * 1000)),
         *BOUNDED_WINDOW_OPTIONS,
+        *PENDING_RPC_OPTIONS,
     ]
 
 

@@ -20,7 +20,7 @@ from google.protobuf import descriptor_pool
 from grpc import aio
 
 from tether.pb.gitlab.agent.reverse_tunnel.info import info_pb2
-from tether.tool.grpc_stream import BOUNDED_WINDOW_OPTIONS
+from tether.tool.grpc_stream import BOUNDED_WINDOW_OPTIONS, PENDING_RPC_OPTIONS
 from tether.tool.logs import REQUEST_ID_METADATA
 
 __all__ = ["InternalServer"]
@@ -44,7 +44,7 @@ class InternalServer:
 
     def __init__(self, options: Sequence[tuple[str, Any]] = ()) -> None:
         self._options = [*options, *BOUNDED_WINDOW_OPTIONS]
-        self._server = aio.server(options=self._options, interceptors=[RequestIdInterceptor()])
+        self._server = aio.server(options=[*self._options, *PENDING_RPC_OPTIONS], interceptors=[RequestIdInterceptor()])
         self._services: dict[str, list[str]] = {}
         self._directory: Path | None = None
         self._channel: aio.Channel | None = None

@@ -118,7 +118,7 @@ class GitlabCF(_Section):
     authentication_secret_file: Path
     ca_certificate_file: Path | None = None
     #: Tether addition: deadline of each internal API call, from connecting to the end of the answer.
-    request_timeout: Duration = Field(default=10.0, gt=0)
+    request_timeout: Duration = Field(default=20.0, gt=0)
 
 
 class UrlPathCF(_Section):

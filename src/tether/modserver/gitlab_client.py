@@ -4,11 +4,17 @@ Every call carries a ``Gitlab-Kas-Api-Request`` JWT (``iss=gitlab-kas``, ``aud=g
 Calls made on behalf of an agent also carry its token, as ``Authorization: Bearer`` (upstream) and as
 ``Gitlab-Agent-Api-Request`` (Tether's hub accepts either).
 
-Every call is bounded by one deadline, ``gitlab.request_timeout`` (default :data:`DEFAULT_REQUEST_TIMEOUT_S`),
-covering connecting, sending, waiting for the answer and reading its body; a hub that accepts the connection
-and never answers frees the caller at the deadline with :class:`GitlabTimeout` (issue 9 item 5). Upstream
-bounds dialling (30 s) and the response headers (20 s) but not the body; here one stalled peer cannot hold an
-agent's RPC or a proxied request longer than the deadline.
+Every call is bounded by one deadline, ``gitlab.request_timeout`` (default :data:`DEFAULT_REQUEST_TIMEOUT_S`,
+upstream's response-header timeout), covering connecting, sending, waiting for the answer and reading its body;
+a hub that accepts the connection and never answers frees the caller at the deadline with
+:class:`GitlabTimeout` (issue 9 item 5). Upstream bounds dialling (30 s) and the response headers (20 s) but
+not the body; here one stalled peer cannot hold an agent's RPC or a proxied request longer than the deadline.
+
+At most :data:`MAX_CONNECTIONS` calls are on the wire at once (upstream keeps 100 idle connections); the others
+wait for a slot, at most :data:`QUEUE_TIMEOUT_FACTOR` deadlines, and the call's own deadline starts once it has
+one. So a storm of agents connecting together (10,000 ``agent_info`` calls) queues in kas instead of failing
+calls that a busy but working hub would have answered, while a stalled hub still fails every caller in bounded
+time.
 """
 
 from __future__ import annotations
@@ -31,9 +37,13 @@ JWT_HEADER = "Gitlab-Kas-Api-Request"
 AGENT_TOKEN_HEADER = "Gitlab-Agent-Api-Request"
 _JWT_LIFETIME_S = 30.0
 #: Seconds one internal API call may take from connecting to the last byte of the answer.
-DEFAULT_REQUEST_TIMEOUT_S = 10.0
+DEFAULT_REQUEST_TIMEOUT_S = 20.0
 #: Seconds to open the TCP (and TLS) connection, within the call's deadline.
 CONNECT_TIMEOUT_S = 5.0
+#: Calls on the wire to the hub at once.
+MAX_CONNECTIONS = 100
+#: A call waits for a free connection at most this many times its deadline.
+QUEUE_TIMEOUT_FACTOR = 3
 
 
 class GitlabTimeout(TimeoutError):
@@ -44,9 +54,16 @@ class GitlabTimeout(TimeoutError):
         timeout_s: the deadline that passed, in seconds.
     """
 
-    def __init__(self, method: str, path: str, timeout_s: float, *, connecting: bool = False) -> None:
-        what = "accept a connection for" if connecting else "answer"
-        super().__init__(f"the hub did not {what} {method} {path} within {timeout_s:g} s (gitlab.request_timeout)")
+    def __init__(self, method: str, path: str, timeout_s: float, *, phase: str = "answer", in_flight: int = 0) -> None:
+        if phase == "queue":
+            text = (
+                f"no connection to the hub came free for {method} {path} within {timeout_s:g} s: {in_flight} "
+                "calls were in flight (the hub is slow or stalled; gitlab.request_timeout)"
+            )
+        else:
+            what = "accept a connection for" if phase == "connect" else "answer"
+            text = f"the hub did not {what} {method} {path} within {timeout_s:g} s (gitlab.request_timeout)"
+        super().__init__(text)
         self.path = path
         self.timeout_s = timeout_s
 
@@ -146,12 +163,21 @@ class GitlabClient:
     Args:
         address: base URL of the hub, e.g. ``http://127.0.0.1:8080``.
         secret: the shared JWT secret (32 bytes).
-        timeout_s: deadline of each call in seconds, from connecting to the end of the answer (> 0).
+        timeout_s: deadline of each call in seconds, from connecting to the end of the answer (> 0); waiting
+            for one of the ``max_connections`` connections comes before it and is bounded by
+            :data:`QUEUE_TIMEOUT_FACTOR` times as much.
+        max_connections: calls on the wire at once.
 
-    Every method raises :class:`GitlabTimeout` (a ``TimeoutError``) when its call misses the deadline.
+    Every method raises :class:`GitlabTimeout` (a ``TimeoutError``) when its call misses either bound.
     """
 
-    def __init__(self, address: str, secret: bytes, timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        address: str,
+        secret: bytes,
+        timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
         if timeout_s <= 0:
             raise ValueError("timeout_s must be > 0")
         self._base = address.rstrip("/")
@@ -161,20 +187,32 @@ class GitlabClient:
         # No aiohttp total: asyncio.timeout in _deadline is the one bound, and also covers reading the body.
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._connect_timeout_s)
         self._session: aiohttp.ClientSession | None = None
+        self._max_connections = max_connections
+        self._slots = asyncio.Semaphore(max_connections)
 
     @asynccontextmanager
     async def _deadline(self, method: str, path: str) -> AsyncIterator[None]:
+        queue_s = self._timeout_s * QUEUE_TIMEOUT_FACTOR
+        try:
+            async with asyncio.timeout(queue_s):
+                await self._slots.acquire()
+        except TimeoutError as exc:
+            raise GitlabTimeout(method, path, queue_s, phase="queue", in_flight=self._max_connections) from exc
         try:
             async with asyncio.timeout(self._timeout_s):
                 yield
         except aiohttp.ConnectionTimeoutError as exc:
-            raise GitlabTimeout(method, path, self._connect_timeout_s, connecting=True) from exc
+            raise GitlabTimeout(method, path, self._connect_timeout_s, phase="connect") from exc
         except TimeoutError as exc:
             raise GitlabTimeout(method, path, self._timeout_s) from exc
+        finally:
+            self._slots.release()
 
     def _open_session(self) -> aiohttp.ClientSession:
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self._timeout)
+            # The slots bound the connections; aiohttp's own pool limit would queue inside the deadline.
+            connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
+            self._session = aiohttp.ClientSession(timeout=self._timeout, connector=connector)
         return self._session
 
     def _headers(self, agent_token: str | None) -> dict[str, str]:

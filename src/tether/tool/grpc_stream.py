@@ -19,7 +19,7 @@ from typing import Any
 from grpc import aio
 from grpc._cython import cygrpc  # type: ignore[attr-defined]
 
-__all__ = ["BOUNDED_WINDOW_OPTIONS", "CallWriter"]
+__all__ = ["BOUNDED_WINDOW_OPTIONS", "PENDING_RPC_OPTIONS", "CallWriter"]
 
 #: Channel and server arguments that bound what gRPC Core receives ahead of the reader. With BDP probing
 #: (the default) the HTTP/2 window of a fast loopback stream grows to tens of MiB, which a relay whose client
@@ -28,6 +28,15 @@ __all__ = ["BOUNDED_WINDOW_OPTIONS", "CallWriter"]
 BOUNDED_WINDOW_OPTIONS: list[tuple[str, int]] = [
     ("grpc.http2.bdp_probe", 0),
     ("grpc.http2.lookahead_bytes", 1024 * 1024),
+]
+
+#: Server arguments: how many calls may wait in gRPC Core for the Python server to pick them up. Core's defaults
+#: (1,000, with random early rejection up to a hard 3,000) cancel calls that arrive faster than the event loop
+#: takes them: when 1,000 agents connect together, their tunnels ended ``CANCELLED`` within a second and had to
+#: be re-opened (about 2 per agent at 10,000 agents; issue 9). A waiting call costs Core a few KiB.
+PENDING_RPC_OPTIONS: list[tuple[str, int]] = [
+    ("grpc.server.max_pending_requests", 20_000),
+    ("grpc.server.max_pending_requests_hard_limit", 50_000),
 ]
 
 #: What a write to an ended call raises, by layer: Core's failed batch, the API's own checks.
