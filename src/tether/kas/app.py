@@ -181,7 +181,10 @@ class KasApp:
         self.own_url = own_private_api_url(config)
         set_process_fields(kas_url=self.own_url)
         self.backend = _redis_backend(config)
-        self.rate_limiter = RateLimiter(_redis_url(config), f"{prefix}:rate_limit")
+        pool = (config.redis.pool_size, config.redis.pool_timeout) if config.redis else (100, 5.0)
+        self.rate_limiter = RateLimiter(
+            _redis_url(config), f"{prefix}:rate_limit", pool_size=pool[0], pool_timeout_s=pool[1]
+        )
         self.events = EventBus(self.backend, prefix)
         self.tunnel_tracker = TunnelTracker(
             self.backend,

@@ -40,24 +40,38 @@ class RateLimiter:
             replicas; None counts in process memory.
         key_prefix: prefix of the Redis keys (e.g. ``gitlab-kas:rate_limit``).
         timeout_s: socket timeout of the Redis client, in seconds.
+        pool_size: most Redis connections open at once.
+        pool_timeout_s: seconds a check waits for a free connection when all are busy (then it fails open).
+
+    The Redis pool blocks for a free connection, as kas' main Redis pool does: redis-py's default pool fails at
+    once beyond its size, and when 1,000 agents connected together 700 checks failed open that way (issue 9).
     """
 
-    def __init__(self, redis_url: str | None, key_prefix: str, timeout_s: float = 3.0) -> None:
+    def __init__(
+        self,
+        redis_url: str | None,
+        key_prefix: str,
+        timeout_s: float = 3.0,
+        pool_size: int = 100,
+        pool_timeout_s: float = 5.0,
+    ) -> None:
         self._storage: Storage
         if redis_url is None:
             self._storage = MemoryStorage()
         else:
-            from limits.aio.storage import RedisStorage  # noqa: PLC0415 (redis-py only when configured)
+            import redis.asyncio as aioredis  # noqa: PLC0415 (redis-py only when configured)
+            from limits.aio.storage import RedisStorage  # noqa: PLC0415
 
             scheme, _, rest = redis_url.partition("://")
             uri = f"async+redis+unix://{rest}" if scheme == "unix" else f"async+{redis_url}"
-            self._storage = RedisStorage(
-                uri,
-                implementation="redispy",
-                key_prefix=key_prefix,
+            pool = aioredis.BlockingConnectionPool.from_url(
+                redis_url,
+                max_connections=pool_size,
+                timeout=pool_timeout_s,
                 socket_timeout=timeout_s,
                 socket_connect_timeout=timeout_s,
             )
+            self._storage = RedisStorage(uri, implementation="redispy", key_prefix=key_prefix, connection_pool=pool)
         self._limiter = SlidingWindowCounterRateLimiter(self._storage)
 
     async def hit(self, name: str, limit: RateLimitItem, key: str) -> bool:
