@@ -198,6 +198,7 @@ class KasApp:
             agent.redis_conn_info_ttl,
             agent.redis_conn_info_refresh,
             agent.redis_conn_info_gc,
+            kas_url=self.own_url,
         )
         self.instances = KasInstanceRegistry(
             self.backend, prefix, agent.redis_conn_info_ttl, agent.redis_conn_info_refresh, agent.redis_conn_info_gc
