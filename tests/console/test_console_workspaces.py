@@ -22,17 +22,11 @@ from tests.fixtures.hub import HubLauncher, RealHub
 from tests.fixtures.k8s import ClusterInfo, Kubectl
 from tests.fixtures.system import KasProc, System
 from tests.hub.helpers import Setup, kas_config, project_with_agent
-from tests.hub.workspace_helpers import DEVFILE, volumes
+from tests.hub.workspace_helpers import DEVFILE, RD_CONFIG, volumes
 from tether.devenv.redis_server import RedisServer
 
 pytestmark = [pytest.mark.k8s, pytest.mark.redis]
 
-CONFIG = """remote_development:
-  enabled: true
-  dns_zone: workspaces.example.com
-  partial_sync_interval: 1s
-  full_sync_interval: 3600s
-"""
 #: Where the hub says kas' workspace listener is (the path form); the test only checks the link.
 WORKSPACES_URL = "http://127.0.0.1:8156/"
 #: A workspace may take this long to reach a state through agentk and the cluster on a loaded machine.
@@ -60,7 +54,7 @@ def env(
         first, second = system.kas(), system.kas()
         launcher.start(hub, {"kas.api_address": first.api_target, "kas.workspaces_url": WORKSPACES_URL})
         setup = project_with_agent(hub, roles=("developer",))
-        kas_config(hub, setup, CONFIG)
+        kas_config(hub, setup, RD_CONFIG)
         tokens = f"/projects/{setup.project_id}/cluster_agents/{setup.agent_id}/tokens"
         agent_token = hub.api().post(tokens, json={"name": "agentk"}).json()["token"]
         system.agentk(agent_token, first, pod_name="agentk-on-kas1")
@@ -112,6 +106,12 @@ def test_workspaces_page_end_to_end(env: Env, browser: Browser, kubectl: Kubectl
     )
     assert page.evaluate("window.notReloaded") is True
     shot(page, "09-workspaces")
+    phone = page.context.new_page()
+    phone.set_viewport_size({"width": 390, "height": 844})
+    phone.goto(env.hub.url + "/workspaces")
+    expect(row(phone, "console-ws")).to_be_visible()
+    assert phone.evaluate("document.documentElement.scrollWidth") <= 400
+    phone.close()
 
     # Stop, start, restart: each button asks for a desired state, agentk brings the actual state there.
     page.get_by_role("button", name="Stop workspace console-ws").click()

@@ -93,9 +93,9 @@ class KasCF(_Section):
         k8s_proxy_ca_certificate_file: PEM CA of that proxy's certificate, for the console's graph relay and
             the kubectl snippet; None means the system's trusted CAs.
         workspaces_url: kas' workspace listener as users reach it, for set-ups without wildcard DNS
-            (``http://127.0.0.1:8156/``): the console links a workspace to ``<workspaces_url>-/workspaces/<name>/<port>/``.
-            None means the host form ``https://<port>-<name>.<dns_zone>/`` with the agent's
-            ``remote_development.dns_zone`` (issue 13).
+            (``http://127.0.0.1:8156/``): the console links a workspace to
+            ``<workspaces_url>-/workspaces/<name>/<port>/``. None means the host form
+            ``https://<port>-<name>.<dns_zone>/`` with the agent's ``remote_development.dns_zone`` (issue 13).
     """
 
     api_address: str | None = None
