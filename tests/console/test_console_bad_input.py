@@ -286,3 +286,22 @@ def test_workspace_list_is_sent_again_only_when_it_changes(hub: RealHub) -> None
     )
     changed = dev.get("/workspaces/live", params={"v": digest.group(1)})
     assert changed.status_code == 200 and 'data-desired="Stopped"' in changed.text
+
+
+def test_workspace_ids_out_of_range_are_refused(hub: RealHub) -> None:
+    setup = project_with_agent(hub, roles=("developer",))
+    kas_config(hub, setup, RD_CONFIG)
+    dev, csrf = browser_for(hub, "developer", setup.tokens["developer"])
+    huge = "9" * 30
+    for agent, project in (
+        (huge, str(setup.project_id)),
+        ("\u00b2", str(setup.project_id)),
+        (str(setup.agent_id), huge),
+    ):
+        answer = dev.post("/workspaces", data=workspace_form(setup, csrf, agent=agent, project=project))
+        assert answer.status_code == 400, answer.text
+        assert "is not an id" in answer.text
+    for path in (f"/workspaces/{huge}/state", "/workspaces/0/state", "/workspaces/x/state"):
+        answer = dev.post(path, data={"desired_state": "Stopped", "authenticity_token": csrf})
+        assert answer.status_code in (400, 422), (path, answer.status_code)
+    assert hub.db.rows("SELECT id FROM workspaces") == []

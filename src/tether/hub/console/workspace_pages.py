@@ -25,12 +25,14 @@ from tether.hub.db.agents import AgentConfiguration, ClusterAgent
 from tether.hub.db.namespaces import Project
 from tether.hub.db.workspaces import Workspace
 from tether.hub.errors import BadRequest, HubError
+from tether.hub.ids import RowId
 from tether.hub.service import projects
 from tether.hub.workspaces import listing, operations
 from tether.hub.workspaces.address import address
 from tether.modules.remote_development.devfile import DEFAULT_DEVFILE
 from tether.modules.remote_development.settings import from_configuration
 from tether.modules.remote_development.states import State
+from tether.tool.ids import parse_id
 
 router = APIRouter(include_in_schema=False)
 User_ = Annotated[ConsoleUser, Depends(console_user)]
@@ -193,13 +195,14 @@ async def create_workspace(request: Request, user: User_) -> Response:
 
 
 def _number(text: str, field: str) -> int:
-    if not text.strip().isdigit():
-        raise BadRequest.field(field, "is missing: choose one")
-    return int(text)
+    found = parse_id(text.strip())
+    if found is None:
+        raise BadRequest.field(field, "is missing: choose one" if not text.strip() else "is not an id")
+    return found
 
 
 @router.post("/workspaces/{workspace_id}/state", response_class=HTMLResponse)
-async def change_state(request: Request, user: User_, workspace_id: int) -> Response:
+async def change_state(request: Request, user: User_, workspace_id: RowId) -> Response:
     """Ask for another desired state (Running, Stopped, RestartRequested or Terminated) of one of your workspaces."""
     form = await checked_form(request, user)
     try:
