@@ -29,6 +29,7 @@ from tether.modagent.internal_server import InternalServer
 from tether.modshared.supervisor import ModuleSupervisor
 from tether.modules.agent_configuration.agent import ConfigurationWatcher, build_agent_meta
 from tether.pb.gitlab.agent.agentcfg import agentcfg_pb2
+from tether.tool.gc_tuning import freeze_startup_heap
 from tether.tool.http_server import SafeAppRunner
 from tether.tool.logs import set_process_fields, setup_logging
 from tether.tool.supervisor import supervise
@@ -136,6 +137,7 @@ class AgentkApp:
             watcher_task = asyncio.create_task(supervise("configuration-watcher", watcher.run), name="config-watcher")
             stack.push_async_callback(_cancel_and_wait, watcher_task)
             set_process_fields(kas_url=config.kas.target)
+            freeze_startup_heap()
             _log.info("agentk_started", version=__version__, kas=config.kas.target, pod=agent_meta.pod_name)
 
             await stop.wait()

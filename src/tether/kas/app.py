@@ -41,6 +41,7 @@ from tether.pb.gitlab.agent.kas.instance_pb2 import KasInstanceInfo
 from tether.tool.backoff import Backoff
 from tether.tool.events import EventBus
 from tether.tool.expiring_hash import HashBackend
+from tether.tool.gc_tuning import freeze_startup_heap
 from tether.tool.grpc_stream import BOUNDED_WINDOW_OPTIONS
 from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_GITLAB, ISSUER_KAS, JwtServerInterceptor, JwtVerifier
 from tether.tool.logs import set_process_fields
@@ -348,6 +349,7 @@ class KasApp:
         with contextlib.suppress(Exception):
             await self.instances.register(self.instance_info)
         self._listening = True
+        freeze_startup_heap()
         log.info("kas started", extra={"kas_url": self.own_url, "ports": self.ports})
 
     async def _rebuild_after_reconnect(self) -> None:
