@@ -115,7 +115,12 @@ class BenchAgents:
 
 
 async def wakeup_ms(system: System, kas1: KasProc, kas2: KasProc, agents: BenchAgents, rounds: int) -> list[float]:
-    """Delay from an agent's first tunnel (on kas 2) to the completion of a request waiting on kas 1."""
+    """Delay from an agent's first tunnel (on kas 2) to the completion of a request waiting on kas 1.
+
+    The clock starts when the new agent has written its first tunnel's descriptor, which happens before its
+    HTTP/2 connection is up, so the figure covers the connection, kas 2 authenticating the agent (a hub call),
+    the tunnel tracker write, the pub/sub event, kas 1's attempt through kas 2 and the call itself.
+    """
     samples = []
     for index in range(rounds):
         agent_id = 10_000 + index

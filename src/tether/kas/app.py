@@ -41,7 +41,7 @@ from tether.pb.gitlab.agent.kas.instance_pb2 import KasInstanceInfo
 from tether.tool.backoff import Backoff
 from tether.tool.events import EventBus
 from tether.tool.expiring_hash import HashBackend
-from tether.tool.gc_tuning import freeze_startup_heap
+from tether.tool.memory import freeze_startup_heap
 from tether.tool.grpc_stream import BOUNDED_WINDOW_OPTIONS
 from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_GITLAB, ISSUER_KAS, JwtServerInterceptor, JwtVerifier
 from tether.tool.logs import set_process_fields
