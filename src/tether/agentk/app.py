@@ -29,9 +29,9 @@ from tether.modagent.internal_server import InternalServer
 from tether.modshared.supervisor import ModuleSupervisor
 from tether.modules.agent_configuration.agent import ConfigurationWatcher, build_agent_meta
 from tether.pb.gitlab.agent.agentcfg import agentcfg_pb2
-from tether.tool.memory import freeze_startup_heap
 from tether.tool.http_server import SafeAppRunner
 from tether.tool.logs import set_process_fields, setup_logging
+from tether.tool.memory import freeze_startup_heap
 from tether.tool.supervisor import supervise
 from tether.tunnel.agent.connection import ConnectedTunnels, TunnelConnection
 from tether.tunnel.agent.pool import ConnectionPool, PooledConnection, TunnelListener
