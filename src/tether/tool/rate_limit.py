@@ -71,7 +71,13 @@ class RateLimiter:
                 socket_timeout=timeout_s,
                 socket_connect_timeout=timeout_s,
             )
-            self._storage = RedisStorage(uri, implementation="redispy", key_prefix=key_prefix, connection_pool=pool)
+            # limits documents ``connection_pool`` but types its options as scalars.
+            self._storage = RedisStorage(
+                uri,
+                implementation="redispy",
+                key_prefix=key_prefix,
+                connection_pool=pool,  # type: ignore[arg-type]
+            )
         self._limiter = SlidingWindowCounterRateLimiter(self._storage)
 
     async def hit(self, name: str, limit: RateLimitItem, key: str) -> bool:
