@@ -19,7 +19,7 @@ from aiohttp import web
 from tests.e2e.test_k8s_proxy_upgrade import client_tls
 from tests.fixtures.bulk_endpoint import Bulk, agent_behind
 from tests.fixtures.hub import RealHub
-from tests.fixtures.system import System
+from tests.fixtures.system import KasProc, System
 from tests.support.polling import poll_sync
 from tether.modserver.gitlab_client import GitlabClient, GitlabClientError
 from tether.tool.logs import bind
@@ -37,17 +37,22 @@ def json_lines(path: Path) -> list[dict[str, Any]]:
     return lines
 
 
+async def get_broken(kas: KasProc, agent_id: int, pat: str) -> None:
+    """``GET /broken`` through ``kas``' proxy: the cluster side closes without an answer, so every hop logs."""
+    async with (
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_tls(kas))) as session,
+        session.get(kas.k8s_proxy_url + "broken", headers={"Authorization": f"Bearer pat:{agent_id}:{pat}"}) as resp,
+    ):
+        assert resp.status == 502
+
+
 async def test_request_id_follows_a_request_from_kas_to_agentk(
     system: System, kas_hub: RealHub, bulk: Bulk, tmp_path: Path
 ) -> None:
     kas1, kas2 = system.kas(), system.kas()
     agent_id, pat = await agent_behind(system, kas_hub, bulk, kas2, tmp_path)
     agentk = system.started[-1]
-    async with (
-        aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_tls(kas1))) as session,
-        session.get(kas1.k8s_proxy_url + "broken", headers={"Authorization": f"Bearer pat:{agent_id}:{pat}"}) as resp,
-    ):
-        assert resp.status == 502
+    await get_broken(kas1, agent_id, pat)
 
     kas_log = kas1.directory / "kas.log"
     agentk_log = system.directory / f"{agentk.name}.log"
@@ -71,11 +76,7 @@ async def test_connection_id_ties_kas_lines_of_tunnels_and_configuration_stream_
     kas = system.kas(observability={"logging": {"level": "debug"}})
     agent_id, pat = await agent_behind(system, kas_hub, bulk, kas, tmp_path)
     agentk = system.started[-1]
-    async with (
-        aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_tls(kas))) as session,
-        session.get(kas.k8s_proxy_url + "broken", headers={"Authorization": f"Bearer pat:{agent_id}:{pat}"}) as resp,
-    ):
-        assert resp.status == 502
+    await get_broken(kas, agent_id, pat)
     kas_log = kas.directory / "kas.log"
     agentk_log = system.directory / f"{agentk.name}.log"
 
