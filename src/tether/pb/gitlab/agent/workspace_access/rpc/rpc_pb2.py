@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from tether.pb.gitlab.agent.grpctool import grpctool_pb2 as gitlab_dot_agent_dot_grpctool_dot_grpctool__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n+gitlab/agent/workspace_access/rpc/rpc.proto\x12!gitlab.agent.workspace_access.rpc\x1a$gitlab/agent/grpctool/grpctool.proto\"E\n\x0fWorkspaceTarget\x12\x11\n\tworkspace\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\x05\",\n\x1bInvalidateWorkspacesRequest\x12\r\n\x05names\x18\x01 \x03(\t\"\x1e\n\x1cInvalidateWorkspacesResponse\"&\n\x15WorkspacesInvalidated\x12\r\n\x05names\x18\x01 \x03(\t2o\n\x0fWorkspaceAccess\x12\\\n\x0bMakeRequest\x12\".gitlab.agent.grpctool.HttpRequest\x1a#.gitlab.agent.grpctool.HttpResponse\"\x00(\x01\x30\x01\x32\xb0\x01\n\x12WorkspaceAccessApi\x12\x99\x01\n\x14InvalidateWorkspaces\x12>.gitlab.agent.workspace_access.rpc.InvalidateWorkspacesRequest\x1a?.gitlab.agent.workspace_access.rpc.InvalidateWorkspacesResponse\"\x00\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n+gitlab/agent/workspace_access/rpc/rpc.proto\x12!gitlab.agent.workspace_access.rpc\x1a$gitlab/agent/grpctool/grpctool.proto\"X\n\x0fWorkspaceTarget\x12\x11\n\tworkspace\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\x05\x12\x11\n\traw_query\x18\x04 \x01(\t\",\n\x1bInvalidateWorkspacesRequest\x12\r\n\x05names\x18\x01 \x03(\t\"\x1e\n\x1cInvalidateWorkspacesResponse\"&\n\x15WorkspacesInvalidated\x12\r\n\x05names\x18\x01 \x03(\t2o\n\x0fWorkspaceAccess\x12\\\n\x0bMakeRequest\x12\".gitlab.agent.grpctool.HttpRequest\x1a#.gitlab.agent.grpctool.HttpResponse\"\x00(\x01\x30\x01\x32\xb0\x01\n\x12WorkspaceAccessApi\x12\x99\x01\n\x14InvalidateWorkspaces\x12>.gitlab.agent.workspace_access.rpc.InvalidateWorkspacesRequest\x1a?.gitlab.agent.workspace_access.rpc.InvalidateWorkspacesResponse\"\x00\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,15 +33,15 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'gitlab.agent.workspace_acce
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_WORKSPACETARGET']._serialized_start=120
-  _globals['_WORKSPACETARGET']._serialized_end=189
-  _globals['_INVALIDATEWORKSPACESREQUEST']._serialized_start=191
-  _globals['_INVALIDATEWORKSPACESREQUEST']._serialized_end=235
-  _globals['_INVALIDATEWORKSPACESRESPONSE']._serialized_start=237
-  _globals['_INVALIDATEWORKSPACESRESPONSE']._serialized_end=267
-  _globals['_WORKSPACESINVALIDATED']._serialized_start=269
-  _globals['_WORKSPACESINVALIDATED']._serialized_end=307
-  _globals['_WORKSPACEACCESS']._serialized_start=309
-  _globals['_WORKSPACEACCESS']._serialized_end=420
-  _globals['_WORKSPACEACCESSAPI']._serialized_start=423
-  _globals['_WORKSPACEACCESSAPI']._serialized_end=599
+  _globals['_WORKSPACETARGET']._serialized_end=208
+  _globals['_INVALIDATEWORKSPACESREQUEST']._serialized_start=210
+  _globals['_INVALIDATEWORKSPACESREQUEST']._serialized_end=254
+  _globals['_INVALIDATEWORKSPACESRESPONSE']._serialized_start=256
+  _globals['_INVALIDATEWORKSPACESRESPONSE']._serialized_end=286
+  _globals['_WORKSPACESINVALIDATED']._serialized_start=288
+  _globals['_WORKSPACESINVALIDATED']._serialized_end=326
+  _globals['_WORKSPACEACCESS']._serialized_start=328
+  _globals['_WORKSPACEACCESS']._serialized_end=439
+  _globals['_WORKSPACEACCESSAPI']._serialized_start=442
+  _globals['_WORKSPACEACCESSAPI']._serialized_end=618
 # @@protoc_insertion_point(module_scope)

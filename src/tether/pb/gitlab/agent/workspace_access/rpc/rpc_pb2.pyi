@@ -24,28 +24,35 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class WorkspaceTarget(_message.Message):
-    """Which workspace port a request is for; carried in grpctool.HttpRequest.Header.extra."""
+    """Which workspace port a request is for; carried in grpctool.HttpRequest.Header.extra. The header's
+    request.url_path is the path as the client sent it (percent-encoded, without the path form's prefix) and
+    its query map stays empty: raw_query carries the query string unchanged.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     WORKSPACE_FIELD_NUMBER: _builtins.int
     NAMESPACE_FIELD_NUMBER: _builtins.int
     PORT_FIELD_NUMBER: _builtins.int
+    RAW_QUERY_FIELD_NUMBER: _builtins.int
     workspace: _builtins.str
     """The workspace's name, which is also its Service's name."""
     namespace: _builtins.str
     port: _builtins.int
     """The Service port, e.g. 60001 for the editor."""
+    raw_query: _builtins.str
+    """The query string as received, without the "?"."""
     def __init__(
         self,
         *,
         workspace: _builtins.str = ...,
         namespace: _builtins.str = ...,
         port: _builtins.int = ...,
+        raw_query: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "port", b"port", "workspace", b"workspace"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "port", b"port", "raw_query", b"raw_query", "workspace", b"workspace"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
