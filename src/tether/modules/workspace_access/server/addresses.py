@@ -85,8 +85,8 @@ class WorkspaceAddress:
 def _split_target(raw: str) -> tuple[str, str]:
     if not raw.startswith("/") or raw.startswith("//"):
         raise AddressError(400, "the request target must be a path (origin form), e.g. GET /index.html")
-    path, _, query = raw.partition("?")
-    return path, query.partition("#")[0]
+    path, _, query = raw.partition("#")[0].partition("?")
+    return path, query
 
 
 class AddressBook:
