@@ -113,7 +113,8 @@ class WorkspaceAuthorizer:
         return dropped
 
     def _start(self, key: _Key, zone: str | None, credentials: Credentials) -> asyncio.Future[_Outcome]:
-        lookup = asyncio.ensure_future(self._lookup(key, zone, credentials))
+        generation = self._generations.get(key[0], 0)  # taken now: a change before the call starts counts
+        lookup = asyncio.ensure_future(self._lookup(key, zone, credentials, generation))
         self._inflight[key] = lookup
 
         def forget(done: asyncio.Future[_Outcome]) -> None:
@@ -123,9 +124,8 @@ class WorkspaceAuthorizer:
         lookup.add_done_callback(forget)
         return lookup
 
-    async def _lookup(self, key: _Key, zone: str | None, credentials: Credentials) -> _Outcome:
+    async def _lookup(self, key: _Key, zone: str | None, credentials: Credentials, generation: int) -> _Outcome:
         name = key[0]
-        generation = self._generations.get(name, 0)
         outcome = await self._ask(name, zone, credentials)
         if self._generations.get(name, 0) != generation:
             return outcome  # the workspace changed meanwhile: answer this request, remember nothing
