@@ -22,11 +22,15 @@ import aiohttp
 import pytest
 import yarl
 
+from tests.fixtures.hub import HubLauncher
 from tests.fixtures.k8s import Kubectl
 from tests.fixtures.netns import NetnsServer
 from tests.fixtures.secrets_in_logs import remember_secret
 from tests.fixtures.system import KasProc, System
+from tests.hub.workspace_helpers import RD_CONFIG, UPDATE, deployment, graphql, info, reconcile, workspace_setup
+from tests.hub.workspace_helpers import create as create_workspace
 from tests.support.workspace_access import (
+    DEVFILE,
     ZONE,
     body_of,
     browser,
@@ -38,6 +42,7 @@ from tests.support.workspace_access import (
 from tests.support.workspace_editor import pattern
 from tether.devenv.cluster import ClusterInfo
 from tether.devenv.process import free_port
+from tether.devenv.redis_server import RedisServer
 
 pytestmark = [pytest.mark.k8s, pytest.mark.redis]
 
@@ -471,3 +476,58 @@ async def test_bad_addresses_get_a_clear_4xx_and_reach_nothing(connected: Env) -
         assert 400 <= status < 500, (path, answer[:300])
     assert await env.editor_count() == before
     assert env.system.hub.internal_calls("authorize_workspace_user") == hub_calls
+
+
+# ---- state changes reach every kas at once ---------------------------------------------------------------
+
+
+async def test_state_changes_reach_every_kas_at_once(
+    tmp_path: Path, redis_server: RedisServer, private_secret_file: Path
+) -> None:
+    """The hub announces each changed workspace; every kas drops its cached answer (caches kept for a minute)."""
+    launcher = HubLauncher(tmp_path, f"sqlite+aiosqlite:///{tmp_path / 'hub.db'}")
+    hub = launcher.prepare()
+    (tmp_path / "system").mkdir()
+    system = System(tmp_path / "system", hub, private_secret_file, None, redis_server)
+    try:
+        long = {"authorization_cache_ttl": "60s", "authorization_cache_error_ttl": "60s"}
+        first, first_port = kas_with_workspaces(system, **long)
+        _, second_port = kas_with_workspaces(system, **long)
+        launcher.start(hub, {"kas.api_address": first.api_target})
+        ws = workspace_setup(hub, RD_CONFIG.replace("workspaces.example.com", ZONE))
+        token = ws.setup.tokens["developer"]
+        auth = {"Authorization": f"Bearer {token}"}
+        name = unique("changing")
+        # Before it exists: 403, cached by both kas.
+        async with browser() as client:
+
+            async def states() -> list[tuple[int, str]]:
+                answers = []
+                for port in (first_port, second_port):
+                    async with client.get(f"http://60001-{name}.{ZONE}:{port}/", headers=auth) as response:
+                        answers.append((response.status, str((await body_of(response))["error"])))
+                return answers
+
+            assert await states() == [(403, "Forbidden")] * 2
+            created = create_workspace(hub, ws, name=name, devfile=DEVFILE)  # announced: the refusals go
+            assert await states() == [(503, "workspace starting")] * 2
+
+            def report(replicas: int, available: int) -> None:
+                d = deployment(
+                    name, created["namespace"], str(time.monotonic_ns()), replicas, available, "NewReplicaSetAvailable"
+                )
+                body = {
+                    "update_type": "partial",
+                    "workspace_agent_infos": [info(name, created["namespace"], latest_k8s_deployment_info=d)],
+                }
+                assert reconcile(hub, ws, body).status_code == 201
+
+            report(1, 1)  # Running: forwarded now, and no agent is connected
+            assert await states() == [(502, "Agent not connected")] * 2
+            update = {"id": created["id"], "state": "Stopped"}
+            assert graphql(hub, token, UPDATE, update).json()["data"]["workspaceUpdate"]["errors"] == []
+            report(0, 0)
+            assert await states() == [(503, "workspace stopped")] * 2
+    finally:
+        system.stop_all()
+        launcher.stop_all()
