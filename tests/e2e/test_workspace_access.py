@@ -22,6 +22,7 @@ import aiohttp
 import pytest
 import yarl
 
+from tests.fixtures.bulk_endpoint import rss_mib
 from tests.fixtures.hub import HubLauncher
 from tests.fixtures.k8s import Kubectl
 from tests.fixtures.netns import NetnsServer
@@ -325,6 +326,26 @@ async def test_a_workspace_of_an_agent_that_is_not_connected_gives_502_at_once(c
         assert f"agent {lonely_agent}" in answer["message"] and "not connected" in answer["message"]
 
 
+async def test_agentk_dials_only_workspace_services_of_its_own_agent(connected: Env) -> None:
+    env = connected
+    name = unique("foreign")
+    workspace_id = env.seed(name)
+    manifest = service_manifest(
+        name=name,
+        namespace=env.namespace,
+        agent_id=env.agent_id + 1,  # labelled for another agent
+        workspace_id=workspace_id,
+        address=env.editor.address,
+        port=env.editor.port,
+    )
+    env.kubectl.run("apply", "-f", "-", input_text=manifest)
+    before = await env.editor_count()
+    async with browser() as client, client.get(env.host_url("/", name=name), headers=env.owner_auth) as response:
+        assert response.status == 502
+        assert "is not a workspace Service of this agent" in (await body_of(response))["message"]
+    assert await env.editor_count() == before
+
+
 # ---- browsers ------------------------------------------------------------------------------------------
 
 
@@ -531,3 +552,51 @@ async def test_state_changes_reach_every_kas_at_once(
     finally:
         system.stop_all()
         launcher.stop_all()
+
+
+# ---- back-pressure ----------------------------------------------------------------------------------------
+
+#: kas and agentk RSS growth allowed while a client does not read (issue 9's bound for the proxy).
+MAX_GROWTH_MIB = 32.0
+
+
+async def test_a_client_that_stops_reading_stalls_the_workspace_not_kas_memory(connected: Env) -> None:
+    env = connected
+    agentk = env.system.started[-1]
+    assert not isinstance(agentk, KasProc) and agentk.process.popen is not None
+    pids = {"kas": env.kas.process.pid, "agentk": agentk.process.pid}  # type: ignore[union-attr]
+    before = {name: rss_mib(pid) for name, pid in pids.items()}
+
+    async def sent() -> int:
+        async with aiohttp.ClientSession() as direct, direct.get(f"{env.editor.url}/count") as response:
+            return int((await response.json())["sent"])
+
+    start = await sent()
+    total = 200 * MIB
+    reader, writer = await asyncio.open_connection("127.0.0.1", env.port, limit=64 * 1024)
+    try:
+        writer.write(
+            f"GET /download?mb=200 HTTP/1.1\r\nHost: 60001-{env.name}.{ZONE}\r\n"
+            f"Authorization: Bearer {env.owner[1]}\r\n\r\n".encode()
+        )
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+        assert head.startswith(b"HTTP/1.1 200 "), head
+        received = len(await asyncio.wait_for(reader.readexactly(64 * 1024), 30))
+        # The client stops reading: the editor must stall long before 200 MiB, and nobody buffers the rest.
+        last, since, deadline = await sent(), time.monotonic(), time.monotonic() + 90
+        while time.monotonic() - since < 3.0:
+            assert time.monotonic() < deadline, "the editor never stalled"
+            await asyncio.sleep(0.25)
+            if (now := await sent()) != last:
+                last, since = now, time.monotonic()
+        assert last - start < total // 2, f"{(last - start) / MIB:.1f} MiB sent to a client that reads nothing"
+        growth = {name: round(rss_mib(pid) - before[name], 1) for name, pid in pids.items()}
+        assert all(g < MAX_GROWTH_MIB for g in growth.values()), growth
+        # Reading again completes the download.
+        while received < total:
+            chunk = await asyncio.wait_for(reader.read(1024 * 1024), 30)
+            assert chunk, f"the download ended after {received} bytes"
+            received += len(chunk)
+        assert received == total
+    finally:
+        writer.close()

@@ -8,7 +8,8 @@
 * ``GET /ws`` a WebSocket that says ``hello`` first, then echoes text (``echo: ...``) and binary frames;
 * ``GET /set-cookie`` answers with a ``Set-Cookie`` of its own and one that tries to replace kas' session cookie;
 * ``GET /redirect`` answers 302 to ``/landing``;
-* ``GET /count`` how many other requests it served (to show that refused requests never arrive).
+* ``GET /count`` how many other requests it served (to show that refused requests never arrive), and how many
+  download bytes it has written so far (``sent``).
 """
 
 from __future__ import annotations
@@ -30,12 +31,12 @@ def pattern(mib: int) -> bytes:
 
 def app() -> web.Application:
     """The editor's application."""
-    served = {"count": 0}
+    served = {"count": 0, "sent": 0}
 
     @web.middleware
     async def count(request: web.Request, handler: web.Handler) -> web.StreamResponse:
         if request.path == "/count":
-            return web.json_response({"count": served["count"]})
+            return web.json_response({"count": served["count"], "sent": served["sent"]})
         served["count"] += 1
         return await handler(request)
 
@@ -63,6 +64,7 @@ def app() -> web.Application:
         await response.prepare(request)
         for _ in range(mib):
             await response.write(_BLOCK)
+            served["sent"] += len(_BLOCK)
         await response.write_eof()
         return response
 
