@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 #: The agent API that carries workspace requests.
 MAKE_REQUEST = "/gitlab.agent.workspace_access.rpc.WorkspaceAccess/MakeRequest"
 CallMetadata = tuple[tuple[str, str], ...]
+#: Seconds without a response head after which the agent tracker is asked whether the agent is connected at all.
+_TRACKER_AFTER_S = 0.2
 
 
 class _Failure(Exception):
@@ -130,6 +132,10 @@ class WorkspaceForwarder:
 
     async def _watch(self, call: ProxyCall, route: asyncio.Future[object], ws: WorkspaceAuthorization) -> _Failure:
         """Cancel ``route`` when the agent has no connection at all, or when the response head is late."""
+        # Most answers start at once: only a slow one costs a look at the agent tracker.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(call.wait_head(), _TRACKER_AFTER_S)
+            return _Failure(0, "", "")
         try:
             connections = await asyncio.wait_for(self._tracker.connections_by_agent_id(ws.agent_id), 2.0)
         except Exception as exc:  # unknown: the router's own bounded wait decides
@@ -145,7 +151,7 @@ class WorkspaceForwarder:
             route.cancel()
             return failure
         try:
-            await asyncio.wait_for(call.wait_head(), self._head_timeout_s)
+            await asyncio.wait_for(call.wait_head(), max(self._head_timeout_s - _TRACKER_AFTER_S, 0))
         except TimeoutError:
             route.cancel()
             return _Failure(
