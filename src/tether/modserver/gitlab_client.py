@@ -8,8 +8,9 @@ Calls made on behalf of an agent also carry its token, as ``Authorization: Beare
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import aiohttp
@@ -18,6 +19,7 @@ from tether import __version__
 from tether.tool.jwt_auth import AUDIENCE_GITLAB, ISSUER_KAS, mint
 from tether.tool.logs import REQUEST_ID_HEADER, current_request_id
 
+T = TypeVar("T")
 JWT_HEADER = "Gitlab-Kas-Api-Request"
 AGENT_TOKEN_HEADER = "Gitlab-Agent-Api-Request"
 _JWT_LIFETIME_S = 30.0
@@ -235,13 +237,8 @@ class GitlabClient:
                 any other failure status, or 502 for an answer that does not have the documented shape.
             aiohttp.ClientError, TimeoutError: the hub is unreachable.
         """
-        path = "/api/v4/internal/kubernetes/authorize_proxy_user"
         body = {"agent_id": agent_id, "access_type": access_type, "access_key": access_key, "csrf_token": csrf_token}
-        data = await self._request("POST", "authorize_proxy_user", body=body)
-        try:
-            return _proxy_user_authorization(data)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise GitlabClientError(502, path, f"malformed answer: {exc!r}") from exc
+        return await self._post_parsed("authorize_proxy_user", body, _proxy_user_authorization)
 
     async def authorize_workspace_user(
         self, name: str, dns_zone: str | None, access_type: str, access_key: str
@@ -260,13 +257,15 @@ class GitlabClient:
                 failure status, or 502 for an answer without the documented shape.
             aiohttp.ClientError, TimeoutError: the hub is unreachable.
         """
-        path = "/api/v4/internal/kubernetes/authorize_workspace_user"
         body = {"workspace": name, "dns_zone": dns_zone, "access_type": access_type, "access_key": access_key}
-        data = await self._request("POST", "authorize_workspace_user", body=body)
+        return await self._post_parsed("authorize_workspace_user", body, _workspace_authorization)
+
+    async def _post_parsed(self, path: str, body: Any, parse: Callable[[Any], T]) -> T:
+        data = await self._request("POST", path, body=body)
         try:
-            return _workspace_authorization(data)
+            return parse(data)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise GitlabClientError(502, path, f"malformed answer: {exc!r}") from exc
+            raise GitlabClientError(502, f"/api/v4/internal/kubernetes/{path}", f"malformed answer: {exc!r}") from exc
 
     async def module_request(
         self,

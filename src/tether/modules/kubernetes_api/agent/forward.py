@@ -13,22 +13,23 @@ server end the call with ``UNAVAILABLE "gRPC -> HTTP: ..."``.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
-import aiohttp
 import grpc
 import structlog
 import yarl
-from grpc import aio
 
 from tether.kube.kubeconfig import KubeCredentials
-from tether.modules.kubernetes_api.agent.outbound import AgentRequestError, OutboundHttp, RequestFrames, Send
-from tether.modules.kubernetes_api.agent.upgrade import UpgradeProtocolError
+from tether.modules.kubernetes_api.agent.outbound import (
+    OUTBOUND_ERRORS,
+    AgentRequestError,
+    MakeRequestServicer,
+    OutboundHttp,
+    RequestFrames,
+    Send,
+)
 from tether.modules.kubernetes_api.rpc.headers import clean_headers, from_values, is_upgrade, via_value
 from tether.modules.kubernetes_api.rpc.impersonation import (
     NESTED_IMPERSONATION,
@@ -37,7 +38,6 @@ from tether.modules.kubernetes_api.rpc.impersonation import (
 )
 from tether.pb.gitlab.agent.grpctool import grpctool_pb2
 from tether.pb.gitlab.agent.kubernetes_api.rpc import rpc_pb2
-from tether.tool.status import StatusError
 
 __all__ = ["SERVICE", "AgentRequestError", "KubernetesApiAgent"]
 
@@ -52,8 +52,6 @@ TOKEN_REREAD_S = 60.0
 _CALLER_AUTH = ("Authorization",)
 _Request = grpctool_pb2.HttpRequest
 _Response = grpctool_pb2.HttpResponse
-#: What a failed outbound request raises (the API server unreachable or failing mid-response).
-OUTBOUND_ERRORS = (aiohttp.ClientError, OSError, TimeoutError, UpgradeProtocolError, asyncio.IncompleteReadError)
 
 
 class _Token:
@@ -86,7 +84,7 @@ def _imp_config(header: _Request.Header) -> rpc_pb2.ImpersonationConfig | None:
     return extra.imp_config if extra.HasField("imp_config") else None
 
 
-class KubernetesApiAgent:
+class KubernetesApiAgent(MakeRequestServicer):
     """Serves ``KubernetesApi.MakeRequest`` with the agent's Kubernetes credentials.
 
     Use inside a running event loop; :meth:`close` when done.
@@ -100,29 +98,7 @@ class KubernetesApiAgent:
         self._credentials = credentials
         self._base = yarl.URL(credentials.server)
         self._token = _Token(credentials.token, credentials.token_file)
-        self._http = OutboundHttp(credentials.ssl_context, connect_timeout_s)
-
-    def handlers(self) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
-        """Method name -> handler, for ``InternalServer.add_generic_handler(SERVICE, ...)``."""
-        return {
-            "MakeRequest": grpc.stream_stream_rpc_method_handler(
-                self._make_request,
-                request_deserializer=_Request.FromString,
-                response_serializer=_Response.SerializeToString,
-            )
-        }
-
-    async def close(self) -> None:
-        """Close the connection pool to the API server."""
-        await self._http.close()
-
-    async def _make_request(
-        self, requests: AsyncIterator[_Request], context: aio.ServicerContext[_Request, _Response]
-    ) -> None:
-        try:
-            await self.serve(requests, context.write)
-        except StatusError as exc:
-            await exc.abort(context)
+        super().__init__(OutboundHttp(credentials.ssl_context, connect_timeout_s))
 
     async def serve(self, requests: AsyncIterator[_Request], send: Send) -> None:
         """Make the HTTP request carried by ``requests`` and ``send`` the response frames.
@@ -151,14 +127,8 @@ class KubernetesApiAgent:
         url = self._base.with_path(self._base.path.rstrip("/") + header.request.url_path).with_query(
             from_values(header.request.query)
         )
-        reader = asyncio.create_task(frames.run(), name="k8s-proxy-request-frames")
-        content_length = header.content_length if header.HasField("content_length") else -1
         try:
-            await self._http.forward(frames, header.request.method, url, headers, content_length, upgrade, send)
+            await self._http.forward(frames, header, url, headers, upgrade, send)
         except OUTBOUND_ERRORS as exc:
             _log.info("k8s_proxy_request_failed", method=header.request.method, path=url.path, error=repr(exc))
             raise AgentRequestError(grpc.StatusCode.UNAVAILABLE, f"gRPC -> HTTP: {exc!r}") from exc
-        finally:
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await reader

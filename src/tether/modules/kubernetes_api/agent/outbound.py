@@ -16,19 +16,30 @@ import asyncio
 import contextlib
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import aiohttp
 import grpc
 import yarl
+from grpc import aio
 
-from tether.modules.kubernetes_api.agent.upgrade import UpgradeExchange, open_exchange
+from tether.modules.kubernetes_api.agent.upgrade import UpgradeExchange, UpgradeProtocolError, open_exchange
 from tether.modules.kubernetes_api.rpc.headers import clean_headers, to_values, via_value
 from tether.pb.gitlab.agent.grpctool import grpctool_pb2
 from tether.pb.gitlab.agent.prototool import prototool_pb2
 from tether.tool.automaton import StreamAutomaton, StreamOrderError
 from tether.tool.status import StatusError
 
-__all__ = ["MAX_CHUNK", "AgentRequestError", "OutboundHttp", "RequestFrames", "Send", "response_head"]
+__all__ = [
+    "MAX_CHUNK",
+    "OUTBOUND_ERRORS",
+    "AgentRequestError",
+    "MakeRequestServicer",
+    "OutboundHttp",
+    "RequestFrames",
+    "Send",
+    "response_head",
+]
 
 #: Largest ``data`` / ``upgradeData`` payload in bytes.
 MAX_CHUNK = 32 * 1024
@@ -37,6 +48,8 @@ _NO_AUTO_HEADERS = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
 _Request = grpctool_pb2.HttpRequest
 _Response = grpctool_pb2.HttpResponse
 Send = Callable[[_Response], Awaitable[None]]
+#: What a failed outbound request raises (the server unreachable, or failing mid-response).
+OUTBOUND_ERRORS = (aiohttp.ClientError, OSError, TimeoutError, UpgradeProtocolError, asyncio.IncompleteReadError)
 
 
 class AgentRequestError(StatusError):
@@ -140,6 +153,50 @@ def _data(chunk: bytes) -> _Response:
     return _Response(data=_Response.Data(data=chunk))
 
 
+class MakeRequestServicer:
+    """Base of the agent servicers whose ``MakeRequest`` carries one HTTP request (``grpctool.HttpRequest``).
+
+    Subclasses implement :meth:`serve`; a :class:`~tether.tool.status.StatusError` it raises ends the call with
+    its status.
+
+    Args:
+        http: the connection pool the requests go out through (closed by :meth:`close`).
+    """
+
+    def __init__(self, http: OutboundHttp) -> None:
+        self._http = http
+
+    def handlers(self) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
+        """Method name -> handler, for ``InternalServer.add_generic_handler(<service>, ...)``."""
+        return {
+            "MakeRequest": grpc.stream_stream_rpc_method_handler(
+                self._make_request,
+                request_deserializer=_Request.FromString,
+                response_serializer=_Response.SerializeToString,
+            )
+        }
+
+    async def close(self) -> None:
+        """Close the connection pool."""
+        await self._http.close()
+
+    async def _make_request(
+        self, requests: AsyncIterator[_Request], context: aio.ServicerContext[_Request, _Response]
+    ) -> None:
+        try:
+            await self.serve(requests, context.write)
+        except StatusError as exc:
+            await exc.abort(context)
+
+    async def serve(self, requests: AsyncIterator[_Request], send: Send) -> None:
+        """Make the HTTP request carried by ``requests`` and ``send`` the response frames.
+
+        Raises:
+            StatusError: the call's failure status.
+        """
+        raise NotImplementedError
+
+
 class OutboundHttp:
     """Makes forwarded HTTP requests over one connection pool; use inside a running event loop, :meth:`close` after.
 
@@ -163,33 +220,38 @@ class OutboundHttp:
     async def forward(
         self,
         frames: RequestFrames,
-        method: str,
+        header: _Request.Header,
         url: yarl.URL,
         headers: list[tuple[str, str]],
-        content_length: int,
         upgrade: bool,
         send: Send,
     ) -> None:
         """Send the request whose body (and upgrade data) ``frames`` delivers; ``send`` the response frames.
 
         Args:
-            frames: the request stream, its header already read and :meth:`RequestFrames.run` running.
-            method: e.g. ``GET``.
+            frames: the request stream, its header already read (:meth:`RequestFrames.header`).
+            header: that header (method, ``content_length``).
             url: absolute URL with the query.
             headers: request headers, cleaned for this hop; a ``Host`` header replaces the URL's host.
-            content_length: ``Header.content_length``: -1 unknown, 0 no body, else bytes.
             upgrade: whether the request asks for an upgrade (then the connection stays open after a ``101``).
             send: writes one response frame to kas (waits while the call's window is full).
 
         Raises:
-            aiohttp.ClientError, OSError, TimeoutError, UpgradeProtocolError, asyncio.IncompleteReadError: the
-                server could not be reached or failed mid-response.
+            OUTBOUND_ERRORS: the server could not be reached or failed mid-response.
             AgentRequestError: the request stream broke.
         """
-        if upgrade:
-            await self._upgrade(method, url, headers, frames, content_length, send)
-        else:
-            await self._plain(method, url, headers, frames, content_length, send)
+        method = header.request.method
+        content_length = header.content_length if header.HasField("content_length") else -1
+        reader = asyncio.create_task(frames.run(), name="http-request-frames")
+        try:
+            if upgrade:
+                await self._upgrade(method, url, headers, frames, content_length, send)
+            else:
+                await self._plain(method, url, headers, frames, content_length, send)
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader
 
     def _ensure_session(self) -> aiohttp.ClientSession:
         if self._session is None:

@@ -11,25 +11,26 @@ PERMISSION_DENIED from resolving, UNAVAILABLE when the workspace cannot be reach
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import re
 from collections.abc import AsyncIterator
-from typing import Any
 
 import grpc
 import structlog
 import yarl
-from grpc import aio
 
-from tether.modules.kubernetes_api.agent.forward import OUTBOUND_ERRORS
-from tether.modules.kubernetes_api.agent.outbound import AgentRequestError, OutboundHttp, RequestFrames, Send
+from tether.modules.kubernetes_api.agent.outbound import (
+    OUTBOUND_ERRORS,
+    AgentRequestError,
+    MakeRequestServicer,
+    OutboundHttp,
+    RequestFrames,
+    Send,
+)
 from tether.modules.kubernetes_api.rpc.headers import clean_headers, from_values, is_upgrade, via_value
 from tether.modules.workspace_access.agent.endpoints import EndpointResolver
 from tether.modules.workspace_access.rpc.headers import without_kas_cookies
 from tether.pb.gitlab.agent.grpctool import grpctool_pb2
 from tether.pb.gitlab.agent.workspace_access.rpc import rpc_pb2
-from tether.tool.status import StatusError
 
 __all__ = ["SERVICE", "WorkspaceAccessAgent"]
 
@@ -54,7 +55,7 @@ def _target(header: _Request.Header) -> rpc_pb2.WorkspaceTarget:
     return target
 
 
-class WorkspaceAccessAgent:
+class WorkspaceAccessAgent(MakeRequestServicer):
     """Serves ``WorkspaceAccess.MakeRequest``; use inside a running event loop, :meth:`close` when done.
 
     Args:
@@ -63,32 +64,10 @@ class WorkspaceAccessAgent:
     """
 
     def __init__(self, resolver: EndpointResolver, *, connect_timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+        super().__init__(OutboundHttp(None, connect_timeout_s))
         self._resolver = resolver
-        self._http = OutboundHttp(None, connect_timeout_s)
         #: This agent's id, from its configuration; 0 until the first configuration arrived.
         self.agent_id = 0
-
-    def handlers(self) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
-        """Method name -> handler, for ``InternalServer.add_generic_handler(SERVICE, ...)``."""
-        return {
-            "MakeRequest": grpc.stream_stream_rpc_method_handler(
-                self._make_request,
-                request_deserializer=_Request.FromString,
-                response_serializer=_Response.SerializeToString,
-            )
-        }
-
-    async def close(self) -> None:
-        """Close the connection pool to the workspaces."""
-        await self._http.close()
-
-    async def _make_request(
-        self, requests: AsyncIterator[_Request], context: aio.ServicerContext[_Request, _Response]
-    ) -> None:
-        try:
-            await self.serve(requests, context.write)
-        except StatusError as exc:
-            await exc.abort(context)
 
     async def serve(self, requests: AsyncIterator[_Request], send: Send) -> None:
         """Make the HTTP request carried by ``requests`` to its workspace and ``send`` the response frames.
@@ -119,18 +98,10 @@ class WorkspaceAccessAgent:
             query_string=target.raw_query,
             encoded=True,
         )
-        reader = asyncio.create_task(frames.run(), name="workspace-request-frames")
-        content_length = header.content_length if header.HasField("content_length") else -1
         try:
-            await self._http.forward(
-                frames, header.request.method, url, headers, content_length, is_upgrade(incoming), send
-            )
+            await self._http.forward(frames, header, url, headers, is_upgrade(incoming), send)
         except OUTBOUND_ERRORS as exc:
             self._resolver.forget(target.namespace, target.workspace, target.port)
             where = f"{target.namespace}/{target.workspace} port {target.port} ({endpoint.host}:{endpoint.port})"
             _log.info("workspace_request_failed", workspace=target.workspace, error=repr(exc))
             raise AgentRequestError(grpc.StatusCode.UNAVAILABLE, f"connecting to {where} failed: {exc!r}") from exc
-        finally:
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await reader

@@ -80,6 +80,13 @@ def _number(claims: dict[str, Any], name: str) -> int:
     return value
 
 
+def _user(claims: dict[str, Any]) -> int:
+    subject = _text(claims, "sub", 19)
+    if not subject.isdigit() or not subject.isascii():
+        raise JwtError("claim 'sub' must be a user id")
+    return int(subject)
+
+
 @dataclass(frozen=True)
 class AuthorizeRequest:
     """kas asks the hub to sign a browser in for workspaces (step 1).
@@ -150,11 +157,8 @@ class SignInCode:
             JwtError: as :meth:`AuthorizeRequest.read`.
         """
         claims = verify(token, secret, CODE_AUDIENCE, ISSUER_GITLAB)
-        subject = _text(claims, "sub", 20)
-        if not subject.isdigit():
-            raise JwtError("claim 'sub' must be a user id")
         request = AuthorizeRequest(_text(claims, "cb"), _text(claims, "ret"), _text(claims, "nh", 64))
-        return cls(int(subject), _number(claims, "sid"), _number(claims, "sexp"), request)
+        return cls(_user(claims), _number(claims, "sid"), _number(claims, "sexp"), request)
 
 
 @dataclass(frozen=True)
@@ -184,7 +188,4 @@ class WorkspaceSession:
             JwtError: as :meth:`AuthorizeRequest.read`.
         """
         claims = verify(token, secret, SESSION_AUDIENCE, ISSUER_KAS)
-        subject = _text(claims, "sub", 20)
-        if not subject.isdigit():
-            raise JwtError("claim 'sub' must be a user id")
-        return cls(int(subject), _number(claims, "sid"), _number(claims, "exp"))
+        return cls(_user(claims), _number(claims, "sid"), _number(claims, "exp"))

@@ -17,7 +17,6 @@ No request reaches the cluster before step 7, and none carries the user's creden
 from __future__ import annotations
 
 import logging
-import ssl
 
 from aiohttp import web
 from prometheus_client import Counter
@@ -31,7 +30,7 @@ from tether.modules.workspace_access.server.credentials import Credentials, Cred
 from tether.modules.workspace_access.server.forward import WorkspaceForwarder
 from tether.modules.workspace_access.server.pages import WorkspaceStatePage, error_response, wants_html
 from tether.modules.workspace_access.server.sign_in import SignIn
-from tether.tool.http_server import SafeServer
+from tether.tool.http_server import SafeServer, start_site
 from tether.tool.logs import REQUEST_ID_METADATA, bind, new_request_id
 from tether.tool.rate_limit import RateLimiter, per_minute
 from tether.tunnel.server.router import Router
@@ -109,24 +108,7 @@ class WorkspaceProxy:
             ssl.SSLError: the certificate or key cannot be loaded.
         """
         listen = self._config.listen
-        await self._runner.setup()
-        site: web.BaseSite
-        if listen.network == "unix":
-            site = web.UnixSite(self._runner, listen.address)
-        else:
-            context = None
-            if listen.certificate_file is not None and listen.key_file is not None:
-                context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-                context.load_cert_chain(listen.certificate_file, listen.key_file)
-            host, _, port = listen.address.rpartition(":")
-            site = web.TCPSite(self._runner, host.strip("[]") or None, int(port), ssl_context=context)
-        try:
-            await site.start()
-        except BaseException:
-            await self._runner.cleanup()
-            raise
-        addresses = self._runner.addresses
-        return int(addresses[0][1]) if addresses and isinstance(addresses[0], tuple) else 0
+        return await start_site(self._runner, listen.network, listen.address, listen.certificate_file, listen.key_file)
 
     async def stop(self) -> None:
         """Stop accepting; in-flight requests get ``shutdown_grace_period``, then they are cut."""
