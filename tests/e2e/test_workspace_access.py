@@ -22,6 +22,7 @@ import aiohttp
 import pytest
 import yarl
 
+from tests.e2e.test_k8s_proxy_session import wait_for_tunnel
 from tests.fixtures.bulk_endpoint import rss_mib
 from tests.fixtures.hub import HubLauncher
 from tests.fixtures.k8s import Kubectl
@@ -107,15 +108,6 @@ class Env:
 def kas_with_workspaces(system: System, **section: Any) -> tuple[KasProc, int]:
     port = free_port()
     return system.kas(workspaces=workspaces_section(port, **section)), port
-
-
-async def wait_for_tunnel(system: System, kas: KasProc, agent_id: int, limit_s: float = 60) -> None:
-    """Poll Redis until agentk's tunnel to ``kas`` is registered (a bound, not a measurement)."""
-    deadline = time.monotonic() + limit_s
-    while kas.private_url not in await system.tunnel_urls(agent_id):
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {limit_s}s waiting for agentk's tunnel")
-        await asyncio.sleep(0.2)
 
 
 @pytest.fixture
