@@ -388,6 +388,16 @@ async def test_a_browser_signs_in_at_the_hub_and_comes_back(
             assert response.status == 200 and not response.history
         async with client.ws_connect(env.host_url("/ws", kas_port=port)) as ws:
             assert await ws.receive_str(timeout=10) == "hello"
+        # Another workspace's page may not use the cookie: no WebSocket, no POST in the user's name.
+        elsewhere = {"Origin": f"http://60001-{second}.{ZONE}:{port}"}
+        with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+            await client.ws_connect(env.host_url("/ws", kas_port=port), headers=elsewhere)
+        assert refused.value.status == 403
+        async with client.post(env.host_url("/upload", kas_port=port), data=b"x", headers=elsewhere) as response:
+            assert response.status == 403
+        own = {"Origin": f"http://60001-{env.name}.{ZONE}:{port}"}
+        async with client.post(env.host_url("/upload", kas_port=port), data=b"x", headers=own) as response:
+            assert response.status == 200
         # The workspace never sees the session cookie.
         async with client.get(env.host_url("/headers", kas_port=port)) as response:
             seen = {k.lower(): v for k, v in (await response.json())["headers"]}

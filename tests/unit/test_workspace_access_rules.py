@@ -24,6 +24,7 @@ from tether.modules.workspace_access.rpc.tokens import (
 from tether.modules.workspace_access.server.addresses import AddressBook, AddressError
 from tether.modules.workspace_access.server.authorizer import AccessRefused, WorkspaceAuthorizer
 from tether.modules.workspace_access.server.credentials import Credentials, CredentialsError, read_credentials
+from tether.modules.workspace_access.server.sign_in import _local
 from tether.tool.jwt_auth import AUDIENCE_GITLAB, ISSUER_KAS, JwtError, mint, verify
 
 SECRET = os.urandom(32)
@@ -310,3 +311,19 @@ async def test_hub_refusals_map_to_401_403_and_failures_to_502(hub_code: int, co
         assert caught.value.code == code
         assert "t" not in caught.value.message.split()
     assert hub.calls == (1 if code in (401, 403) else 2)  # refusals cached, failures not
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        ("/index.html?a=1", "/index.html?a=1"),
+        ("/-/workspaces/ws/60001/", "/-/workspaces/ws/60001/"),
+        ("//evil.example/", "/"),
+        ("/\\evil.example/", "/"),
+        ("/a\\b", "/"),
+        ("https://evil.example/", "/"),
+        ("/a\r\nSet-Cookie: x", "/"),
+    ],
+)
+def test_after_sign_in_only_a_plain_local_path_is_followed(target: str, expected: str) -> None:
+    assert _local(target) == expected

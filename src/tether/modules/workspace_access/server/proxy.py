@@ -5,6 +5,8 @@
 2. The sign-in callback answers itself (``sign_in.py``).
 3. Credentials (``credentials.py``): none -> a browser is sent to sign in (302), anything else gets 401 with
    ``WWW-Authenticate: Bearer``; malformed ones get 401. A source with too many refused credentials gets 429.
+   A session cookie on a request from another origin (its ``Origin`` header) gets 403: the zone's cookie goes
+   with requests from every workspace of the zone, so another workspace's page must not act in its name.
 4. The hub (``authorizer.py``): 401 for credentials it does not accept (a browser whose session ended signs in
    again), 403 when the caller does not own a workspace of that name (whether or not one exists).
 5. The port must be one the workspace exposes (404, said only to its owner).
@@ -150,6 +152,11 @@ class WorkspaceProxy:
             if self._browser_navigation(request):
                 return self._sign_in.start(address, stale), "sign_in"
             return self._unauthorized(request, f"no credentials: {_BEARER_HINT}"), "unauthorized"
+        if credentials.from_cookie and not _same_origin(request, address):
+            # The zone's cookie goes with requests from any page of the zone: another workspace's page must not
+            # reach this one in its user's name (cross-site WebSocket hijacking, CSRF).
+            message = "a request from another origin may not use the workspace session; open the workspace itself"
+            return error_response(request, 403, "Forbidden", message), "cross_origin"
         return await self._authorized(request, request_id, address, credentials, source)
 
     async def _authorized(
@@ -194,3 +201,9 @@ class WorkspaceProxy:
     def _unauthorized(request: web.BaseRequest, message: str) -> web.Response:
         headers = {"WWW-Authenticate": 'Bearer realm="tether-workspaces"'}
         return error_response(request, 401, "Unauthorized", message, headers)
+
+
+def _same_origin(request: web.BaseRequest, address: WorkspaceAddress) -> bool:
+    """No ``Origin`` (a page load, a tool), or exactly the address' own origin."""
+    origins = request.headers.getall("Origin", [])
+    return not origins or (len(origins) == 1 and origins[0].strip().lower() == address.origin)

@@ -90,7 +90,9 @@ class SignIn:
         if code.session_expires_at <= now:
             return self._refuse(request, address, "the hub session has expired")
         cookie = WorkspaceSession(code.user_id, code.session_id, code.session_expires_at).mint(self._secret, now)
-        response = web.Response(status=302, headers={"Location": code.request.return_to, "Cache-Control": "no-store"})
+        response = web.Response(
+            status=302, headers={"Location": _local(code.request.return_to), "Cache-Control": "no-store"}
+        )
         response.set_cookie(
             SESSION_COOKIE,
             cookie,
@@ -117,3 +119,10 @@ class SignIn:
         )
         response.del_cookie(STATE_COOKIE, path=CALLBACK_PATH)
         return response
+
+
+def _local(target: str) -> str:
+    # Browsers read "/\\host" like "//host": only a plain path may follow a sign-in, else the page goes home.
+    if not target.startswith("/") or target[1:2] in ("/", "\\") or "\\" in target or not target.isprintable():
+        return "/"
+    return target
