@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import random
 import re
+import ssl
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -418,6 +419,28 @@ async def test_a_browser_signs_in_at_the_hub_and_comes_back(
         async with browser() as stranger, stranger.get(replay, headers=page, allow_redirects=False) as response:
             assert response.status == 400
             assert "another browser" in await response.text()
+
+
+async def test_over_tls_the_workspace_is_served_and_the_cookies_are_secure(connected: Env, tmp_path: Path) -> None:
+    env = connected
+    tls = env.system.proxy_tls
+    assert tls is not None
+    port = free_port()
+    section = workspaces_section(port)
+    section["listen"].update({"certificate_file": str(tls.serving_cert), "key_file": str(tls.serving_key)})
+    section["path_url"] = f"https://127.0.0.1:{port}"
+    env.system.kas(workspaces=section)
+    context = ssl.create_default_context(cafile=str(tls.ca_cert))
+    url = f"https://127.0.0.1:{port}/-/workspaces/{env.name}/60001/"
+    async with browser(connector_ssl=context) as client:
+        async with client.get(url, headers=env.owner_auth) as response:
+            assert response.status == 200 and "Workspace editor" in await response.text()
+        async with client.get(url, headers={"Accept": "text/html"}, allow_redirects=False) as response:
+            assert response.status == 302
+            state = response.cookies["_tether_workspaces_state"]
+            assert state["secure"] and state["httponly"]
+        async with client.ws_connect(url + "ws", headers=env.owner_auth) as ws:
+            assert await ws.receive_str(timeout=10) == "hello"
 
 
 # ---- several kas ---------------------------------------------------------------------------------------

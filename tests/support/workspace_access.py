@@ -4,6 +4,7 @@ cluster, kas' ``workspaces`` section, and an HTTP client that resolves the works
 from __future__ import annotations
 
 import socket
+import ssl
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -176,10 +177,16 @@ class ZoneResolver(AbstractResolver):
         """Nothing to close."""
 
 
-def browser(zone: str = ZONE, **kwargs: Any) -> aiohttp.ClientSession:
-    """A client with a cookie jar that reaches the zone's hosts at kas (``unsafe``: the hub is on 127.0.0.1)."""
+def browser(zone: str = ZONE, connector_ssl: ssl.SSLContext | None = None, **kwargs: Any) -> aiohttp.ClientSession:
+    """A client with a cookie jar that reaches the zone's hosts at kas (``unsafe``: the hub is on 127.0.0.1).
+
+    Args:
+        zone: the zone resolved to 127.0.0.1.
+        connector_ssl: the TLS context for https addresses (kas' CA), or None.
+        kwargs: more ``aiohttp.ClientSession`` arguments.
+    """
     return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(resolver=ZoneResolver(zone), force_close=False),
+        connector=aiohttp.TCPConnector(resolver=ZoneResolver(zone), ssl=connector_ssl or True),
         cookie_jar=aiohttp.CookieJar(unsafe=True),
         **kwargs,
     )

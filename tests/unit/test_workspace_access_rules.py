@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import pytest
+from aiohttp.test_utils import make_mocked_request
 from multidict import CIMultiDict
 
 from tether.modserver.gitlab_client import GitlabClientError, WorkspaceAuthorization
@@ -24,7 +25,7 @@ from tether.modules.workspace_access.rpc.tokens import (
 from tether.modules.workspace_access.server.addresses import AddressBook, AddressError
 from tether.modules.workspace_access.server.authorizer import AccessRefused, WorkspaceAuthorizer
 from tether.modules.workspace_access.server.credentials import Credentials, CredentialsError, read_credentials
-from tether.modules.workspace_access.server.sign_in import _local
+from tether.modules.workspace_access.server.sign_in import SignIn, _local
 from tether.tool.jwt_auth import AUDIENCE_GITLAB, ISSUER_KAS, JwtError, mint, verify
 
 SECRET = os.urandom(32)
@@ -327,3 +328,53 @@ async def test_hub_refusals_map_to_401_403_and_failures_to_502(hub_code: int, co
 )
 def test_after_sign_in_only_a_plain_local_path_is_followed(target: str, expected: str) -> None:
     assert _local(target) == expected
+
+
+# ---- the sign-in's cookies -------------------------------------------------------------------------------
+
+
+def _cookie(response: Any, name: str) -> Any:
+    return response.cookies[name]
+
+
+def test_the_sign_in_cookies_are_scoped_httponly_and_secure_over_https() -> None:
+    sign_in = SignIn(SECRET, "https://hub.example.com/-/workspaces/authorize")
+    https = AddressBook(["ws.example.com"], "https", "https://kas.example.com")
+    for host, target, domain, path in (
+        ("60001-a.ws.example.com", "/x?y=1", "ws.example.com", "/"),
+        ("kas.example.com", "/-/workspaces/a/60001/x?y=1", "", "/-/workspaces/"),
+    ):
+        address = https.parse([host], target)
+        started = sign_in.start(address, stale_cookie=False)
+        assert started.status == 302
+        location = started.headers["Location"]
+        assert location.startswith("https://hub.example.com/-/workspaces/authorize?request=")
+        state = _cookie(started, STATE_COOKIE)
+        assert state["secure"] and state["httponly"] and state["samesite"] == "Lax" and not state["domain"]
+        assert state["path"] == "/-/workspaces/-/callback"
+        asked = AuthorizeRequest.read(location.split("request=", 1)[1], SECRET)
+        assert asked.callback_url == f"https://{host}/-/workspaces/-/callback"
+        assert asked.return_to == target
+        assert nonce_matches(state.value, asked.nonce_sha256)
+
+        ends = int(time.time()) + 3600
+        code = SignInCode(7, 42, ends, asked).mint(SECRET)
+        callback = https.parse([host], f"/-/workspaces/-/callback?code={code}")
+        request = make_mocked_request(
+            "GET",
+            f"/-/workspaces/-/callback?code={code}",
+            headers={"Host": host, "Cookie": f"{STATE_COOKIE}={state.value}"},
+        )
+        finished = sign_in.finish(request, callback)
+        assert (finished.status, finished.headers["Location"]) == (302, target)
+        session = _cookie(finished, SESSION_COOKIE)
+        assert session["secure"] and session["httponly"] and session["samesite"] == "Lax"
+        assert (session["domain"], session["path"]) == (domain, path)
+        assert 3500 < int(session["max-age"]) <= 3600
+        assert WorkspaceSession.read(session.value, SECRET) == WorkspaceSession(7, 42, ends)
+
+        # The same code at another workspace's callback, or without the state cookie: refused.
+        other = https.parse(["60001-b.ws.example.com"], f"/-/workspaces/-/callback?code={code}")
+        stolen = make_mocked_request("GET", f"/-/workspaces/-/callback?code={code}", headers={"Host": host})
+        for req, where in ((request, other), (stolen, callback)):
+            assert sign_in.finish(req, where).status == 400
