@@ -13,6 +13,8 @@ import httpx
 import pytest
 
 from tests.fixtures.hub import RealHub
+from tests.hub.helpers import Setup, kas_config, project_with_agent
+from tests.hub.workspace_helpers import DEVFILE, RD_CONFIG
 
 PAGES = ["/projects", "/tokens", "/workspaces", "/projects/1", "/projects/1/agents/1", "/projects/1/agents/1/graph"]
 
@@ -157,3 +159,149 @@ def test_malformed_ids_are_refused(hub: RealHub, bad: str) -> None:
     alice, _csrf = browser_for(hub, "alice", token)
     answer = alice.get(bad) if "revoke" not in bad else alice.post(bad)
     assert answer.status_code in (400, 404, 405, 422)
+
+
+# --- Workspaces ---------------------------------------------------------------------------------------------------
+
+
+def workspace_form(setup: Setup, csrf: str | None, **extra: str) -> dict[str, str]:
+    form = {
+        "project": str(setup.project_id),
+        "agent": str(setup.agent_id),
+        "desired_state": "Running",
+        "devfile": DEVFILE,
+        **extra,
+    }
+    if csrf is not None:
+        form["authenticity_token"] = csrf
+    return form
+
+
+def test_workspaces_change_nothing_without_the_sessions_csrf_token(hub: RealHub) -> None:
+    setup = project_with_agent(hub, roles=("developer",))
+    kas_config(hub, setup, RD_CONFIG)
+    dev, csrf = browser_for(hub, "developer", setup.tokens["developer"])
+    for data, headers in (
+        (workspace_form(setup, None, name="ws-a"), {}),
+        (workspace_form(setup, "not-the-token", name="ws-a"), {}),
+        (workspace_form(setup, csrf, name="ws-a"), {"Origin": "http://evil.example"}),
+    ):
+        answer = dev.post("/workspaces", data=data, headers=headers)
+        assert answer.status_code == 403, answer.text
+    assert hub.db.rows("SELECT id FROM workspaces") == []
+
+    created = dev.post("/workspaces", data=workspace_form(setup, csrf, name="ws-a"))
+    assert created.status_code == 303, created.text
+    (row,) = hub.db.rows("SELECT id, desired_state FROM workspaces")
+    assert row["desired_state"] == "Running"
+    for data in ({"desired_state": "Stopped"}, {"desired_state": "Stopped", "authenticity_token": csrf + "x"}):
+        assert dev.post(f"/workspaces/{row['id']}/state", data=data).status_code == 403
+    assert hub.db.rows("SELECT desired_state FROM workspaces") == [{"desired_state": "Running"}]
+    stopped = dev.post(
+        f"/workspaces/{row['id']}/state", data={"desired_state": "Stopped"}, headers={"X-Csrf-Token": csrf}
+    )
+    assert stopped.status_code == 303
+    assert hub.db.rows("SELECT desired_state FROM workspaces") == [{"desired_state": "Stopped"}]
+
+
+def test_users_see_and_change_only_their_own_workspaces(hub: RealHub) -> None:
+    setup = project_with_agent(hub, roles=("developer", "maintainer"))
+    kas_config(hub, setup, RD_CONFIG)
+    dev, dev_csrf = browser_for(hub, "developer", setup.tokens["developer"])
+    other, other_csrf = browser_for(hub, "maintainer", setup.tokens["maintainer"])
+    outsider, outsider_csrf = browser_for(hub, "outsider", setup.tokens["outsider"])
+    assert dev.post("/workspaces", data=workspace_form(setup, dev_csrf, name="devs-own")).status_code == 303
+    (row,) = hub.db.rows("SELECT id FROM workspaces")
+    assert "devs-own" in dev.get("/workspaces").text
+
+    for client, csrf in ((other, other_csrf), (outsider, outsider_csrf)):
+        assert "devs-own" not in client.get("/workspaces").text
+        assert "devs-own" not in client.get("/workspaces/live").text
+        for state in ("Stopped", "Terminated"):
+            answer = client.post(
+                f"/workspaces/{row['id']}/state", data={"desired_state": state, "authenticity_token": csrf}
+            )
+            assert answer.status_code == 404, answer.text
+            assert "not found, or you do not have access to it" in answer.text and "devs-own" not in answer.text
+    assert hub.db.rows("SELECT desired_state FROM workspaces") == [{"desired_state": "Running"}]
+
+    # The outsider is no member of the project: neither it nor its agent is offered, and a forged form fails.
+    page = outsider.get("/workspaces").text
+    assert "platform/clusters" not in page and "no-workspace-agents" in page
+    forged = outsider.post("/workspaces", data=workspace_form(setup, outsider_csrf, name="outsiders"))
+    assert forged.status_code == 404
+    assert len(hub.db.rows("SELECT id FROM workspaces")) == 1
+
+
+def test_workspace_values_are_escaped_and_errors_plain(hub: RealHub) -> None:
+    setup = project_with_agent(hub, roles=("developer",))
+    kas_config(hub, setup, RD_CONFIG)
+    dev, csrf = browser_for(hub, "developer", setup.tokens["developer"])
+    evil = '<img src=x onerror="alert(1)">'
+    refused = dev.post("/workspaces", data=workspace_form(setup, csrf, name=evil))
+    assert refused.status_code == 400
+    assert "<img src=x" not in refused.text
+    assert "is not a DNS label" in refused.text and "&lt;img src=x" in refused.text
+    assert "name" in refused.text and "clusterAgentId" not in refused.text
+    bad_devfile = dev.post(
+        "/workspaces", data=workspace_form(setup, csrf, devfile="schemaVersion: 2.2.0\nkomponents: []\n")
+    )
+    assert bad_devfile.status_code == 400 and "komponents" in bad_devfile.text
+    assert "komponents: []" in bad_devfile.text  # the devfile is kept in the form
+
+    created = dev.post(
+        "/workspaces", data=workspace_form(setup, csrf, name="ws-html", project_ref=evil, devfile_path=evil)
+    )
+    assert created.status_code == 303, created.text
+    for page in (dev.get("/workspaces"), dev.get("/workspaces/live")):
+        assert "<img src=x" not in page.text
+        assert "&lt;img src=x onerror=&#34;alert(1)&#34;&gt;" in page.text
+
+    (row,) = hub.db.rows("SELECT id FROM workspaces")
+    terminate = {"desired_state": "Terminated", "authenticity_token": csrf}
+    assert dev.post(f"/workspaces/{row['id']}/state", data=terminate).status_code == 303
+    again = dev.post(f"/workspaces/{row['id']}/state", data={"desired_state": "Running", "authenticity_token": csrf})
+    assert again.status_code == 400 and "cannot be updated" in again.text
+    unknown = dev.post(
+        f"/workspaces/{row['id']}/state", data={"desired_state": "<b>Up</b>", "authenticity_token": csrf}
+    )
+    assert unknown.status_code == 400 and "<b>Up</b>" not in unknown.text
+
+
+def test_workspace_list_is_sent_again_only_when_it_changes(hub: RealHub) -> None:
+    setup = project_with_agent(hub, roles=("developer",))
+    kas_config(hub, setup, RD_CONFIG)
+    dev, csrf = browser_for(hub, "developer", setup.tokens["developer"])
+    assert dev.post("/workspaces", data=workspace_form(setup, csrf, name="ws-live")).status_code == 303
+    first = dev.get("/workspaces/live")
+    digest = re.search(r'data-digest="([0-9a-f]+)"', first.text)
+    assert first.status_code == 200 and digest is not None
+    assert dev.get("/workspaces/live", params={"v": digest.group(1)}).status_code == 204
+    (row,) = hub.db.rows("SELECT id FROM workspaces")
+    assert (
+        dev.post(
+            f"/workspaces/{row['id']}/state", data={"desired_state": "Stopped", "authenticity_token": csrf}
+        ).status_code
+        == 303
+    )
+    changed = dev.get("/workspaces/live", params={"v": digest.group(1)})
+    assert changed.status_code == 200 and 'data-desired="Stopped"' in changed.text
+
+
+def test_workspace_ids_out_of_range_are_refused(hub: RealHub) -> None:
+    setup = project_with_agent(hub, roles=("developer",))
+    kas_config(hub, setup, RD_CONFIG)
+    dev, csrf = browser_for(hub, "developer", setup.tokens["developer"])
+    huge = "9" * 30
+    for agent, project in (
+        (huge, str(setup.project_id)),
+        ("\u00b2", str(setup.project_id)),
+        (str(setup.agent_id), huge),
+    ):
+        answer = dev.post("/workspaces", data=workspace_form(setup, csrf, agent=agent, project=project))
+        assert answer.status_code == 400, answer.text
+        assert "is not an id" in answer.text
+    for path in (f"/workspaces/{huge}/state", "/workspaces/0/state", "/workspaces/x/state"):
+        answer = dev.post(path, data={"desired_state": "Stopped", "authenticity_token": csrf})
+        assert answer.status_code in (400, 422), (path, answer.status_code)
+    assert hub.db.rows("SELECT id FROM workspaces") == []

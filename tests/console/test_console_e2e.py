@@ -132,6 +132,7 @@ def test_console_end_to_end(
     system.agentk(agent_token, kas, pod_name="agentk-console")
     expect(page.locator("#connection-table")).to_contain_text("agentk-console", timeout=60_000)
     expect(page.locator("#connections")).to_contain_text("connected")
+    expect(page.locator("#connection-table .kas-replica")).to_have_text(kas.private_url)
     assert page.evaluate("window.notReloaded") is True
     shot(page, "03-agent")
 
@@ -198,7 +199,8 @@ def test_console_end_to_end(
     expect(page.locator("#created-token")).to_contain_text("glpat-")
     shot(page, "07-tokens")
     page.goto(hub.url + "/workspaces")
-    expect(page.locator("#workspaces-unavailable")).to_be_visible()
+    expect(page.locator("#no-workspaces")).to_be_visible()
+    expect(page.locator("#no-workspace-agents")).to_be_visible()  # web-agent's configuration has no workspaces
 
     # Phone width: the agent page still reads in one column.
     phone = page.context.new_page()

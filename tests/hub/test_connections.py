@@ -62,6 +62,7 @@ def test_agent_resource_lists_connections_from_a_real_kas(
                 conn = connections[0]
                 assert (conn["agent_version"], conn["pod_name"], conn["pod_namespace"]) == ("v9.9.9", "pod-1", "ns")
                 assert conn["connection_id"] and conn["connected_at"]
+                assert conn["kas_url"] == kas.private_url  # the kas replica holding the connection
                 assert hub.api().get(agent_url).json()["connections_error"] is None
                 stream.cancel()
 

@@ -575,6 +575,25 @@ async def test_agent_tracker_queries_by_agent_and_project(store: Store) -> None:
         assert await kas1.connections_by_project_id(10) == [other]
 
 
+async def test_agent_tracker_names_the_kas_replica_of_each_connection(store: Store) -> None:
+    async with contextlib.AsyncExitStack() as stack:
+        kas1 = AgentTracker(
+            store.backend, await started_bus(store.backend, stack), PREFIX, ttl_s=TTL, kas_url="grpc://kas-1:8155"
+        )
+        kas2 = AgentTracker(
+            store.peer(), await started_bus(store.peer(), stack), PREFIX, ttl_s=TTL, kas_url="grpc://kas-2:8155"
+        )
+        upstream = AgentTracker(store.peer(), await started_bus(store.peer(), stack), PREFIX, ttl_s=TTL)
+        await kas1.register_connection(agent_info(agent_id=1, connection_id=101, project_id=10))
+        await kas2.register_pod(agent_info(agent_id=1, connection_id=102, project_id=10))
+        await upstream.register_connection(agent_info(agent_id=1, connection_id=103, project_id=10))
+
+        found = {info.connection_id: info.kas_url for info in await kas1.connections_by_agent_id(1)}
+        assert found == {101: "grpc://kas-1:8155", 102: "grpc://kas-2:8155", 103: ""}
+        by_project = {info.connection_id: info.kas_url for info in await kas2.connections_by_project_id(10)}
+        assert by_project == found
+
+
 async def test_agent_tracker_keeps_connected_agent_while_a_connection_remains(store: Store) -> None:
     async with contextlib.AsyncExitStack() as stack:
         tracker = AgentTracker(store.backend, await started_bus(store.backend, stack), PREFIX, ttl_s=TTL)

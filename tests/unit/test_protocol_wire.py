@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from google.protobuf import any_pb2, descriptor_pb2, timestamp_pb2, unknown_fields
+from google.protobuf import any_pb2, descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2, unknown_fields
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 from google.rpc import status_pb2
@@ -231,6 +231,12 @@ REFERENCE: list[tuple[str, dict[str, tuple[int, str]], dict[str, tuple[str, ...]
     ),
 ]
 
+#: Tether fields added to upstream messages (docs/protocol.md §8): numbers from 100 up, so upstream, which does
+#: not know them, skips them as unknown fields.
+TETHER_FIELDS: dict[str, dict[str, tuple[int, str]]] = {
+    "gitlab.agent.agent_tracker.ConnectedAgentInfo": {"kas_url": (100, "string")},
+}
+
 # kas.md §6.1 gives numbers (not types) for these agentcfg messages.
 AGENTCFG_NUMBERS: list[tuple[str, dict[str, int]]] = [
     (
@@ -335,8 +341,34 @@ def test_fields_match_reference(
     full_name: str, fields: dict[str, tuple[int, str]], oneofs: dict[str, tuple[str, ...]]
 ) -> None:
     desc = ALL[full_name]
-    assert {f.name: (f.number, type_of(f)) for f in desc.fields} == fields
+    assert {f.name: (f.number, type_of(f)) for f in desc.fields} == fields | TETHER_FIELDS.get(full_name, {})
     assert real_oneofs(desc) == oneofs
+
+
+def test_tether_fields_are_skipped_by_upstream_readers() -> None:
+    assert all(number >= 100 for fields in TETHER_FIELDS.values() for number, _ in fields.values())
+    # An upstream reader knows fields 1..5 only: strip ours from a copy of the descriptor and decode with it.
+    proto = descriptor_pb2.FileDescriptorProto()
+    agent_tracker_pb2.DESCRIPTOR.CopyToProto(proto)
+    proto.name, proto.package = "upstream_agent_tracker.proto", "upstream"
+    message = next(m for m in proto.message_type if m.name == "ConnectedAgentInfo")
+    kept = [f for f in message.field if f.number < 100]
+    del message.field[:]
+    message.field.extend(kept)
+    pool = descriptor_pool.DescriptorPool()
+    for dependency in (timestamp_pb2.DESCRIPTOR, entity_pb2.DESCRIPTOR):
+        dependency_proto = descriptor_pb2.FileDescriptorProto()
+        dependency.CopyToProto(dependency_proto)
+        pool.Add(dependency_proto)
+    pool.Add(proto)
+    upstream = message_factory.GetMessageClass(pool.FindMessageTypeByName("upstream.ConnectedAgentInfo"))
+    ours = agent_tracker_pb2.ConnectedAgentInfo()
+    ours.CopyFrom(CONNECTED)
+    ours.kas_url = "grpc://10.0.0.5:8155"
+    decoded = upstream.FromString(ours.SerializeToString())
+    assert (decoded.connection_id, decoded.agent_id, decoded.project_id) == (-7, 42, 9)
+    assert decoded.agent_meta.pod_name == "agentk-0"
+    assert agent_tracker_pb2.ConnectedAgentInfo.FromString(CONNECTED.SerializeToString()).kas_url == ""
 
 
 @pytest.mark.parametrize(("full_name", "numbers"), AGENTCFG_NUMBERS, ids=[r[0] for r in AGENTCFG_NUMBERS])

@@ -31,6 +31,7 @@ from tether.modules.agent_configuration.agent import ConfigurationWatcher, build
 from tether.pb.gitlab.agent.agentcfg import agentcfg_pb2
 from tether.tool.http_server import SafeAppRunner
 from tether.tool.logs import set_process_fields, setup_logging
+from tether.tool.memory import freeze_startup_heap
 from tether.tool.supervisor import supervise
 from tether.tunnel.agent.connection import ConnectedTunnels, TunnelConnection
 from tether.tunnel.agent.pool import ConnectionPool, PooledConnection, TunnelListener
@@ -136,6 +137,7 @@ class AgentkApp:
             watcher_task = asyncio.create_task(supervise("configuration-watcher", watcher.run), name="config-watcher")
             stack.push_async_callback(_cancel_and_wait, watcher_task)
             set_process_fields(kas_url=config.kas.target)
+            freeze_startup_heap()
             _log.info("agentk_started", version=__version__, kas=config.kas.target, pod=agent_meta.pod_name)
 
             await stop.wait()

@@ -65,7 +65,14 @@ class EmbeddedAgent:
         await self.internal.start()
         self._kas_channel = aio.insecure_channel(
             self.kas_target,
-            options=[("grpc.lb_policy_name", "round_robin"), *channel_reconnect_options(), *BOUNDED_WINDOW_OPTIONS],
+            # Its own HTTP/2 connection, like a real agentk: grpcio otherwise shares one between every embedded
+            # agent of the process, and kas caps tunnels per connection (agent.listen.max_tunnels_per_connection).
+            options=[
+                ("grpc.lb_policy_name", "round_robin"),
+                ("grpc.use_local_subchannel_pool", 1),
+                *channel_reconnect_options(),
+                *BOUNDED_WINDOW_OPTIONS,
+            ],
         )
         descriptor = self.internal.descriptor()
         metadata = (("authorization", f"Bearer {self.token}"),)

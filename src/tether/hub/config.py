@@ -40,6 +40,7 @@ ENV_OVERRIDES = {
     "TETHER_HUB_KAS_COOKIE_DOMAIN": "sessions.kas_cookie_domain",
     "TETHER_HUB_KAS_K8S_PROXY_URL": "kas.k8s_proxy_url",
     "TETHER_HUB_KAS_K8S_PROXY_CA_FILE": "kas.k8s_proxy_ca_certificate_file",
+    "TETHER_HUB_KAS_WORKSPACES_URL": "kas.workspaces_url",
 }
 
 
@@ -91,6 +92,10 @@ class KasCF(_Section):
             and ``GET /api/v4/metadata`` publishes it as ``kas.externalK8sProxyUrl`` (glab); None hides them.
         k8s_proxy_ca_certificate_file: PEM CA of that proxy's certificate, for the console's graph relay and
             the kubectl snippet; None means the system's trusted CAs.
+        workspaces_url: kas' workspace listener as users reach it, for set-ups without wildcard DNS
+            (``http://127.0.0.1:8156/``): the console links a workspace to
+            ``<workspaces_url>-/workspaces/<name>/<port>/``. None means the host form
+            ``https://<port>-<name>.<dns_zone>/`` with the agent's ``remote_development.dns_zone`` (issue 13).
     """
 
     api_address: str | None = None
@@ -99,12 +104,13 @@ class KasCF(_Section):
     timeout: Duration = 3.0
     k8s_proxy_url: str | None = None
     k8s_proxy_ca_certificate_file: Path | None = None
+    workspaces_url: str | None = None
     external_url: str | None = None
     version: str | None = None
 
-    @field_validator("k8s_proxy_url")
+    @field_validator("k8s_proxy_url", "workspaces_url")
     @classmethod
-    def _proxy_url(cls, value: str | None) -> str | None:
+    def _base_url(cls, value: str | None) -> str | None:
         if value is not None and not re.fullmatch(r"https?://[^/\s?#]+(/[^\s?#]*)?", value):
             raise ValueError(f"{value!r} is not an http:// or https:// URL")
         return value if value is None or value.endswith("/") else value + "/"

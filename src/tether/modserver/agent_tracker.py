@@ -43,6 +43,8 @@ class AgentTracker:
         gc_s: seconds between GC rounds (``agent.redis_conn_info_gc``, 600).
         pod_ttl_s: seconds a pod's ``Register`` entry lives unless the pod registers again (agentk calls every
             300 s, kas.md §3.3; the default leaves a minute of slack).
+        kas_url: this kas' private API URL, stamped as ``ConnectedAgentInfo.kas_url`` (a Tether field) on every
+            entry it writes, so readers learn which kas replica holds each connection; empty stamps nothing.
 
     Backend errors (``redis.exceptions.RedisError``, ``OSError``, ``ConnectionError``) propagate from every method
     except :meth:`run`, which logs and retries.
@@ -57,7 +59,9 @@ class AgentTracker:
         refresh_s: float = 240,
         gc_s: float = 600,
         pod_ttl_s: float = 360,
+        kas_url: str = "",
     ) -> None:
+        self._kas_url = kas_url
         base = f"{key_prefix}:agent_tracker2".encode()
         self._by_agent_prefix = base + b":conn_by_agent_id:"
         self._by_project_prefix = base + b":conn_by_project_id:"
@@ -92,8 +96,9 @@ class AgentTracker:
 
         Upstream writes the three hashes with separate transactions (kas.md §3.3); seed 000 asks grouped items
         to be written atomically with one expiry. Then publishes ``AgentConnected{info}``; a publish failure is
-        logged, not raised (the registration itself succeeded).
+        logged, not raised (the registration itself succeeded). ``info`` is stamped with this kas' URL.
         """
+        self._stamp(info)
         payload = info.SerializeToString()
         connection = str(info.connection_id)
         await self._hash.set_many(
@@ -131,11 +136,12 @@ class AgentTracker:
         expiry (``pod_ttl_s``). Unlike :meth:`register_connection` kas never refreshes the entry: it expires
         unless the pod registers again (upstream fixed its leak of such entries this way, kas.md §3.3 "Known
         issue"). kas remembers it until then only so that :meth:`clear` removes it on shutdown (seed 000).
-        Publishes ``AgentConnected{info}``.
+        Publishes ``AgentConnected{info}``. ``info`` is stamped with this kas' URL.
 
         Raises:
             the backend's error.
         """
+        self._stamp(info)
         payload = info.SerializeToString()
         items = [
             (self.agent_key(info.agent_id), str(info.connection_id), payload),
@@ -148,6 +154,10 @@ class AgentTracker:
         for key, field, _ in items:
             self._pod_written[(key, field)] = now
         await self._publish(AgentConnected(info=info))
+
+    def _stamp(self, info: ConnectedAgentInfo) -> None:
+        if self._kas_url:
+            info.kas_url = self._kas_url
 
     def _forget_expired_pods(self, now: float) -> None:
         expired = [item for item, written in self._pod_written.items() if now - written > self._pod_ttl_s]

@@ -29,6 +29,7 @@ def connection_out(info: ConnectedAgentInfo) -> ConnectionOut:
         pod_namespace=meta.pod_namespace,
         connected_at=info.connected_at.ToDatetime(tzinfo=UTC) if info.HasField("connected_at") else None,
         kubernetes_version=meta.kubernetes_version.git_version,
+        kas_url=info.kas_url or None,
     )
 
 

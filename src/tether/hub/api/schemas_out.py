@@ -216,6 +216,9 @@ class ConnectionOut(BaseModel):
     pod_namespace: str
     connected_at: datetime | None
     kubernetes_version: str
+    #: Private API URL of the kas replica holding the connection; None when the kas that registered it did not
+    #: say (upstream kas).
+    kas_url: str | None = None
 
 
 class AgentOut(BaseModel):

@@ -1,6 +1,7 @@
-"""The console's pages: sign-in, projects, a project's agents, personal access tokens, workspaces.
+"""The console's pages: sign-in, projects, a project's agents, personal access tokens.
 
-The agent page and the graph are in :mod:`tether.hub.console.agent_pages`; static files are mounted by
+The agent page and the graph are in :mod:`tether.hub.console.agent_pages`, the workspaces page in
+:mod:`tether.hub.console.workspace_pages`; static files are mounted by
 :func:`install`. Pages redirect to the sign-in form without a live session; forms post back with the session's
 CSRF token and redirect (303) on success, or show the page again with the error in plain words.
 """
@@ -19,7 +20,7 @@ from fastapi.staticfiles import StaticFiles
 from tether.hub.api import routes_sessions
 from tether.hub.api.browser import SESSION_COOKIE
 from tether.hub.api.state import hub_state
-from tether.hub.console import agent_pages, graph_relay
+from tether.hub.console import agent_pages, graph_relay, workspace_pages
 from tether.hub.console.web import (
     STATIC_DIR,
     ConsoleUser,
@@ -180,12 +181,6 @@ async def revoke_token(request: Request, user: User_, token_id: int) -> Response
     return see_other("/tokens")
 
 
-@router.get("/workspaces", response_class=HTMLResponse)
-async def workspaces_page(request: Request, user: User_) -> HTMLResponse:
-    """Workspaces: not available until the hub has them (issue 12); the page says so."""
-    return render(request, "workspaces.html", user)
-
-
 async def _sign_in_required(request: Request, _exc: Exception) -> Response:
     if request.headers.get("HX-Request"):
         return Response(status_code=401, headers={"HX-Redirect": "/"})
@@ -197,13 +192,14 @@ def _is_console_path(path: str) -> bool:
 
 
 def install(app: FastAPI) -> None:
-    """Mount the console on ``app``: pages, the agent pages, the graph relay and ``/-/console/static``.
+    """Mount the console on ``app``: pages, the agent and workspace pages, the graph relay, ``/-/console/static``.
 
     Call after the API's error handlers are installed: a hub error on a console page is then shown as a page in
     plain words, and everywhere else still as the API's JSON body.
     """
     app.include_router(router)
     app.include_router(agent_pages.router)
+    app.include_router(workspace_pages.router)
     app.include_router(graph_relay.router)
     app.mount("/-/console/static", StaticFiles(directory=STATIC_DIR), name="console-static")
     app.add_exception_handler(SignInRequired, _sign_in_required)

@@ -15,12 +15,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Annotated
-from urllib.parse import quote
 
 import strawberry
 from fastapi import Depends, Request
 from graphql import GraphQLError
-from sqlalchemy import and_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from strawberry.extensions import MaxTokensLimiter, QueryDepthLimiter
 from strawberry.fastapi import BaseContext, GraphQLRouter
@@ -29,15 +27,12 @@ from strawberry.types import ExecutionContext, Info
 from tether.hub.api.auth import authenticated
 from tether.hub.api.connections import announce_workspace_changes
 from tether.hub.api.state import hub_state
-from tether.hub.db.agents import ClusterAgent
 from tether.hub.db.engine import Database
-from tether.hub.db.namespaces import Project
-from tether.hub.db.users import User
 from tether.hub.db.workspaces import Workspace as WorkspaceRow
-from tether.hub.db.workspaces import WorkspacesAgentConfig
 from tether.hub.errors import BadRequest, Forbidden, NotFound
 from tether.hub.service.principal import Principal
-from tether.hub.workspaces import operations
+from tether.hub.workspaces import listing, operations
+from tether.hub.workspaces.address import address
 
 log = logging.getLogger(__name__)
 NO_ACCESS = (
@@ -170,35 +165,20 @@ class WorkspacePayload:
 
 
 async def _views(session: AsyncSession, rows: list[WorkspaceRow]) -> list[Workspace]:
-    if not rows:
-        return []
-    ids = [row.id for row in rows]
-    joined = await session.execute(
-        select(WorkspaceRow.id, ClusterAgent.name, User.username, Project.full_path, WorkspacesAgentConfig.dns_zone)
-        .join(ClusterAgent, ClusterAgent.id == WorkspaceRow.cluster_agent_id)
-        .join(User, User.id == WorkspaceRow.user_id)
-        .join(Project, Project.id == WorkspaceRow.project_id)
-        .outerjoin(
-            WorkspacesAgentConfig,
-            and_(
-                WorkspacesAgentConfig.cluster_agent_id == WorkspaceRow.cluster_agent_id,
-                WorkspacesAgentConfig.version == WorkspaceRow.workspaces_agent_config_version,
-            ),
-        )
-        .where(WorkspaceRow.id.in_(ids))
-    )
-    extra = {row[0]: row[1:] for row in joined}
+    extra = await listing.related(session, [row.id for row in rows])
     views = []
     for row in rows:
-        agent_name, username, project_path, dns_zone = extra[row.id]
+        near = extra[row.id]
         views.append(
             Workspace(
                 id=strawberry.ID(f"{GID_WORKSPACE}{row.id}"),
                 name=row.name,
                 namespace=row.namespace,
                 project_id=strawberry.ID(f"{GID_PROJECT}{row.project_id}"),
-                cluster_agent=ClusterAgentRef(id=strawberry.ID(f"{GID_AGENT}{row.cluster_agent_id}"), name=agent_name),
-                user=UserRef(id=strawberry.ID(f"{GID_USER}{row.user_id}"), username=username),
+                cluster_agent=ClusterAgentRef(
+                    id=strawberry.ID(f"{GID_AGENT}{row.cluster_agent_id}"), name=near.agent_name
+                ),
+                user=UserRef(id=strawberry.ID(f"{GID_USER}{row.user_id}"), username=near.username),
                 desired_state=row.desired_state,
                 desired_state_updated_at=row.desired_state_updated_at,
                 actual_state=row.actual_state,
@@ -211,7 +191,7 @@ async def _views(session: AsyncSession, rows: list[WorkspaceRow]) -> list[Worksp
                 devfile_ref=row.project_ref,
                 devfile_path=row.devfile_path,
                 devfile=row.devfile,
-                url=f"https://{row.url_prefix}.{dns_zone or ''}/?folder={quote('/projects/' + project_path, safe='')}",
+                url=address(row.url_prefix, row.name, near.dns_zone, near.project_path),
                 workspaces_agent_config_version=row.workspaces_agent_config_version,
                 max_hours_before_termination=row.max_hours_before_termination,
                 created_at=row.created_at,

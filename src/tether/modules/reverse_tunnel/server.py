@@ -79,8 +79,8 @@ class ReverseTunnelServicer(rpc_pb2_grpc.ReverseTunnelServicer):
     def _count(self, agent_id: int, peer: str) -> Iterator[None]:
         if self._per_connection[peer] >= self._max_per_connection:
             raise _TooManyTunnels(
-                f"this connection holds {self._per_connection[peer]} tunnels of agent {agent_id}, the most kas "
-                f"accepts (agent.listen.max_tunnels_per_connection)"
+                f"this connection holds {self._per_connection[peer]} tunnels (of all its agents), the most kas "
+                f"accepts (agent.listen.max_tunnels_per_connection); agent {agent_id} asked for one more"
             )
         if self._per_agent[agent_id] >= self._max_per_agent:
             raise _TooManyTunnels(

@@ -41,6 +41,7 @@ from tether.modules.graph.rpc.methods import (
 )
 from tether.modules.graph.rpc.wire import encode_response, request_from_proto
 from tether.pb.gitlab.agent.graph.rpc import rpc_pb2
+from tether.tool.memory import release_free_memory
 
 __all__ = [
     "IDENTITY_HEADER",
@@ -108,6 +109,7 @@ class GraphServicer:
             namespaces=compiled.namespaces.mode.value,
             impersonated=request.HasField("impersonation"),
         )
+        trimmed = False
         async with GraphEngine(kube, compiled, self._options) as engine:
             while True:
                 try:
@@ -116,3 +118,7 @@ class GraphServicer:
                     _log.error("graph_watch_failed", error=str(exc))
                     await context.abort(grpc.StatusCode.INTERNAL, str(exc))
                 yield encode_response(batch.actions, batch.warnings)
+                if not trimmed and engine.initial_state_sent:
+                    # The initial lists' pages and decode buffers are free now but still counted in RSS.
+                    release_free_memory()
+                    trimmed = True

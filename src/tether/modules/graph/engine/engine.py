@@ -365,6 +365,11 @@ class GraphEngine:
     # ---- pacing ----
 
     @property
+    def initial_state_sent(self) -> bool:
+        """Every watch has synced (or failed) and the client has taken everything pending."""
+        return self._ready.is_set() and not self.view.pending()
+
+    @property
     def paced(self) -> bool:
         """The watches are waiting for the client to take pending vertices."""
         return not self._room.is_set()

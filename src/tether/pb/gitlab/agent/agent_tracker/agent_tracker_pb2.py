@@ -26,7 +26,7 @@ from tether.pb.gitlab.agent.entity import entity_pb2 as gitlab_dot_agent_dot_ent
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n.gitlab/agent/agent_tracker/agent_tracker.proto\x12\x1agitlab.agent.agent_tracker\x1a gitlab/agent/entity/entity.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb7\x01\n\x12\x43onnectedAgentInfo\x12\x32\n\nagent_meta\x18\x01 \x01(\x0b\x32\x1e.gitlab.agent.entity.AgentMeta\x12\x30\n\x0c\x63onnected_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rconnection_id\x18\x03 \x01(\x03\x12\x10\n\x08\x61gent_id\x18\x04 \x01(\x03\x12\x12\n\nproject_id\x18\x05 \x01(\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n.gitlab/agent/agent_tracker/agent_tracker.proto\x12\x1agitlab.agent.agent_tracker\x1a gitlab/agent/entity/entity.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc8\x01\n\x12\x43onnectedAgentInfo\x12\x32\n\nagent_meta\x18\x01 \x01(\x0b\x32\x1e.gitlab.agent.entity.AgentMeta\x12\x30\n\x0c\x63onnected_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rconnection_id\x18\x03 \x01(\x03\x12\x10\n\x08\x61gent_id\x18\x04 \x01(\x03\x12\x12\n\nproject_id\x18\x05 \x01(\x03\x12\x0f\n\x07kas_url\x18\x64 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,5 +34,5 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'gitlab.agent.agent_tracker.
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_CONNECTEDAGENTINFO']._serialized_start=146
-  _globals['_CONNECTEDAGENTINFO']._serialized_end=329
+  _globals['_CONNECTEDAGENTINFO']._serialized_end=346
 # @@protoc_insertion_point(module_scope)

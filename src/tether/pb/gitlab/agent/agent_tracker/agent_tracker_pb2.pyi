@@ -27,11 +27,16 @@ class ConnectedAgentInfo(_message.Message):
     CONNECTION_ID_FIELD_NUMBER: _builtins.int
     AGENT_ID_FIELD_NUMBER: _builtins.int
     PROJECT_ID_FIELD_NUMBER: _builtins.int
+    KAS_URL_FIELD_NUMBER: _builtins.int
     connection_id: _builtins.int
     """Random per GetConfiguration stream; with agent_id it identifies one agentk pod."""
     agent_id: _builtins.int
     project_id: _builtins.int
     """The agent's configuration project."""
+    kas_url: _builtins.str
+    """Tether addition: the private API URL of the kas that registered this connection (the kas replica holding
+    the configuration stream, or that took the pod's Register call). Empty when upstream kas wrote the entry.
+    """
     @_builtins.property
     def agent_meta(self) -> _entity_pb2.AgentMeta: ...
     @_builtins.property
@@ -44,10 +49,11 @@ class ConnectedAgentInfo(_message.Message):
         connection_id: _builtins.int = ...,
         agent_id: _builtins.int = ...,
         project_id: _builtins.int = ...,
+        kas_url: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["agent_meta", b"agent_meta", "connected_at", b"connected_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "agent_meta", b"agent_meta", "connected_at", b"connected_at", "connection_id", b"connection_id", "project_id", b"project_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "agent_meta", b"agent_meta", "connected_at", b"connected_at", "connection_id", b"connection_id", "kas_url", b"kas_url", "project_id", b"project_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,46 @@
+"""Memory housekeeping for the long-running processes (kas, agentk)."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import gc
+from collections.abc import Callable
+
+
+def freeze_startup_heap() -> None:
+    """Move every object alive now to the collector's permanent generation; call once start-up is done.
+
+    The modules, descriptors and configuration loaded at start-up live as long as the process, yet every full
+    collection walked them: kas showed 36-47 ms pauses that landed on requests (routing benchmark wake-up
+    p99). Frozen, they are never scanned again; objects created later are collected as usual.
+    """
+    gc.collect()
+    gc.freeze()
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL(name).malloc_trim
+        return trim
+    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to trim
+        return None
+
+
+def release_free_memory() -> bool:
+    """Hand the C heap's free pages back to the operating system (glibc ``malloc_trim(0)``); False elsewhere.
+
+    Freed list pages and decode buffers stay mapped in glibc's heap after a burst (a graph's initial state:
+    hundreds of pages of JSON), so RSS keeps their peak. Costs a walk of the heap (milliseconds); call it after
+    such a burst, not per request.
+    """
+    trim = _malloc_trim()
+    if trim is None:
+        return False
+    trim(0)
+    return True
