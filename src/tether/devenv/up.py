@@ -239,6 +239,8 @@ async def bring_up(options: UpOptions, progress: Progress, running: Running) -> 
         TETHER_HUB_KAS_EXTERNAL_URL=f"grpc://127.0.0.1:{KAS_PORTS['agent']}",
         # The web console's kubectl snippet and graph relay reach kas' Kubernetes API proxy here.
         TETHER_HUB_KAS_K8S_PROXY_URL=f"https://127.0.0.1:{KAS_PORTS['k8s_proxy']}/k8s-proxy/",
+        # The console opens workspaces in kas' path form (no wildcard DNS on a laptop).
+        TETHER_HUB_KAS_WORKSPACES_URL=f"http://127.0.0.1:{KAS_PORTS['workspaces']}/",
         TETHER_HUB_KAS_K8S_PROXY_CA_FILE=str(proxy_tls.ca_cert),
     )
     hub_base = [TETHER, "hub", "--data-dir", str(state / "hub")]
