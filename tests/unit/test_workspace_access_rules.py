@@ -8,9 +8,11 @@ import time
 from typing import Any
 
 import pytest
+import yaml
 from aiohttp.test_utils import make_mocked_request
 from multidict import CIMultiDict
 
+from tether.modserver.config import ConfigError, KasConfig, load_config
 from tether.modserver.gitlab_client import GitlabClientError, WorkspaceAuthorization
 from tether.modules.workspace_access import ACCESS_PAT, ACCESS_SESSION, SESSION_COOKIE, STATE_COOKIE
 from tether.modules.workspace_access.rpc.headers import request_headers, response_headers, without_kas_cookies
@@ -378,3 +380,32 @@ def test_the_sign_in_cookies_are_scoped_httponly_and_secure_over_https() -> None
         stolen = make_mocked_request("GET", f"/-/workspaces/-/callback?code={code}", headers={"Host": host})
         for req, where in ((request, other), (stolen, callback)):
             assert sign_in.finish(req, where).status == 400
+
+
+# ---- configuration ---------------------------------------------------------------------------------------
+
+_BASE = {
+    "gitlab": {"authentication_secret_file": "/s"},
+    "api": {"listen": {"authentication_secret_file": "/s"}},
+    "private_api": {"listen": {"authentication_secret_file": "/p"}},
+}
+
+
+def test_the_workspaces_section_defaults_and_validation(tmp_path: Any) -> None:
+    assert KasConfig.model_validate(_BASE).workspaces is None
+    section = KasConfig.model_validate({**_BASE, "workspaces": {"dns_zones": ["WS.Example.com."]}}).workspaces
+    assert section is not None
+    assert (section.listen.address, section.dns_zones, section.path_url) == ("0.0.0.0:8156", ["ws.example.com"], None)
+    assert (section.authorization_cache_ttl, section.agent_timeout, section.response_header_timeout) == (10, 10, 120)
+    for bad, problem in (
+        ({}, "set dns_zones"),
+        ({"dns_zones": ["example"]}, "at least two labels"),
+        ({"dns_zones": ["a..b"]}, "DNS name"),
+        ({"dns_zones": ["*.ws.example.com"]}, "DNS name"),
+        ({"path_url": "https://kas.example.com/prefix"}, "origin"),
+        ({"path_url": "ftp://kas.example.com"}, "origin"),
+    ):
+        path = tmp_path / "kas.yaml"
+        path.write_text(yaml.safe_dump({**_BASE, "workspaces": bad}))
+        with pytest.raises(ConfigError, match=problem):
+            load_config(path)

@@ -146,6 +146,12 @@ class WorkspacesCF(_Section):
             zones.append(zone)
         return zones
 
+    @model_validator(mode="after")
+    def _serves_something(self) -> WorkspacesCF:
+        if not self.dns_zones and self.path_url is None:
+            raise ValueError("set dns_zones (host form) or path_url (path form), or remove the section")
+        return self
+
     @field_validator("path_url")
     @classmethod
     def _origin(cls, value: str | None) -> str | None:
