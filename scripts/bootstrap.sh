@@ -10,6 +10,8 @@ compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql
 # The web console: npm fetches its browser libraries; the browser tests drive Debian's Chromium.
 command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium fonts-dejavu-core)
+# The workspace access tests run the workspace's editor in a network namespace (ip netns, veth).
+command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || missing+=(iproute2)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "bootstrap: installing Debian packages: ${missing[*]}"
   SUDO=""

@@ -11,4 +11,5 @@ pytest_plugins = [
     "tests.fixtures.hub",
     "tests.fixtures.system",
     "tests.fixtures.bulk_endpoint",
+    "tests.fixtures.netns",
 ]

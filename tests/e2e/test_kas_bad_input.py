@@ -16,6 +16,7 @@ import pytest
 
 from tests.fixtures.hub import RealHub
 from tests.fixtures.system import KasProc, System
+from tether.devenv.process import ProcessFailed, free_port
 from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2 as config_pb2
 from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2_grpc as config_grpc
 from tether.pb.gitlab.agent.agent_tracker.rpc import rpc_pb2 as tracker_pb2
@@ -340,3 +341,16 @@ async def test_a_routing_kas_that_never_starts_streaming_frees_the_tunnel(kas: K
         assert "StartStreaming" in (failure.value.details() or "")
         assert kas.gauge("tunnels_idle") == 1, "the unclaimed tunnel went back to the registry"
         tunnel.cancel()
+
+
+def test_two_listeners_on_one_port_stop_kas_with_the_reason(system: System) -> None:
+    # grpcio binds with SO_REUSEPORT unless told not to: a second listener on a port that another one holds was
+    # accepted and connections were shared at random between them (seen in CI: the agent and private API
+    # listeners of one kas on one port, so tunnels and routed calls reached the wrong server).
+    port = free_port()
+    with pytest.raises(ProcessFailed, match=f"private_api listener cannot listen on 127.0.0.1:{port}"):
+        system.kas(
+            use_redis=False,
+            agent={"listen": {"address": f"127.0.0.1:{port}"}},
+            private_api={"listen": {"address": f"127.0.0.1:{port}"}},
+        )

@@ -55,6 +55,7 @@ CALLS: dict[str, Callable[[GitlabClient], Awaitable[Any]]] = {
     "agent_info": lambda c: c.get_agent_info("token"),
     "agent_configuration": lambda c: c.get_agent_configuration("token"),
     "authorize_proxy_user": lambda c: c.authorize_proxy_user(1, "personal_access_token", "pat", ""),
+    "authorize_workspace_user": lambda c: c.authorize_workspace_user("ws", None, "personal_access_token", "pat"),
     "modules/remote_development": lambda c: c.module_request("token", "remote_development", "/x", "POST", body=b"{}"),
 }
 

@@ -8,11 +8,13 @@ from tether.modules.graph.agent import GraphAgentFactory
 from tether.modules.kubernetes_api.agent import KubernetesApiAgentFactory
 from tether.modules.pods.agent import PodsAgentFactory
 from tether.modules.remote_development.agent.worker import RemoteDevelopmentAgentFactory
+from tether.modules.workspace_access.agent import WorkspaceAccessAgentFactory
 
 AGENT_MODULES: list[AgentModuleFactory] = [
     PodsAgentFactory(),
     KubernetesApiAgentFactory(),
     GraphAgentFactory(),
     RemoteDevelopmentAgentFactory(),
+    WorkspaceAccessAgentFactory(),
     AgentRegistrarAgentFactory(),
 ]

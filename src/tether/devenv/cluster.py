@@ -25,7 +25,15 @@ from tether.devenv import pki as pki_mod
 from tether.devenv.assets import Assets, locate
 from tether.devenv.kubeapi import ApiError, KubeApi
 from tether.devenv.kwok_failures import stage_files
-from tether.devenv.process import EnvironmentProblem, ManagedProcess, ensure_port_free, free_port, pid_alive, stop_pid
+from tether.devenv.process import (
+    EnvironmentProblem,
+    ManagedProcess,
+    ensure_port_free,
+    free_port,
+    free_ports,
+    pid_alive,
+    stop_pid,
+)
 
 Progress = Callable[[str], None]
 STATE_FILE = "state.json"
@@ -187,7 +195,7 @@ class LocalCluster:
         shutil.rmtree(self.directory, ignore_errors=True)
         self.directory.mkdir(parents=True)
         pki = pki_mod.generate(self.directory / "pki")
-        etcd_port, peer_port = free_port(), free_port()
+        etcd_port, peer_port = free_ports(2)
         api_port = self.api_port or free_port()
         server = f"https://127.0.0.1:{api_port}"
         api = KubeApi(server, pki.admin_token, pki.ca_cert)

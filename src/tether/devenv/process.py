@@ -42,6 +42,20 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """Return ``count`` distinct TCP ports on ``host`` that were free a moment ago.
+
+    All are held bound until every one is chosen: calling :func:`free_port` repeatedly may get one port twice.
+    """
+    with contextlib.ExitStack() as stack:
+        ports = []
+        for _ in range(count):
+            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind((host, 0))
+            ports.append(int(sock.getsockname()[1]))
+        return ports
+
+
 def ensure_port_free(port: int, host: str = "127.0.0.1", owner: str = "server") -> None:
     """Raise :class:`PortInUse` naming ``owner`` when ``host:port`` cannot be bound."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -35,7 +35,14 @@ Progress = Callable[[str], None]
 TETHER = str(Path(sys.executable).parent / "tether")
 HUB_PORT = 8080
 #: kas listeners of replica ``i`` are the upstream defaults plus ``20 * i``.
-KAS_PORTS = {"agent": 8150, "observability": 8151, "api": 8153, "k8s_proxy": 8154, "private_api": 8155}
+KAS_PORTS = {
+    "agent": 8150,
+    "observability": 8151,
+    "api": 8153,
+    "k8s_proxy": 8154,
+    "private_api": 8155,
+    "workspaces": 8156,
+}
 AGENTK_OBSERVABILITY_PORT = 8180
 PROJECT = "tether-demo"
 AGENT = "local"
@@ -116,6 +123,15 @@ def kas_config(options: UpOptions, index: int, secrets_dir: Path, hub_url: str, 
             }
         },
         "routing": {"shutdown_grace_period": "5s"},
+        # Workspaces in the path form: a laptop has no wildcard DNS (docs/workspaces.md "Reaching a workspace").
+        "workspaces": {
+            "listen": {
+                "address": f"127.0.0.1:{ports['workspaces']}",
+                "listen_grace_period": "0s",
+                "shutdown_grace_period": "3s",
+            },
+            "path_url": f"http://127.0.0.1:{ports['workspaces']}",
+        },
     }
     if options.redis_url:
         host_port, db = _redis_address(options.redis_url)
@@ -223,6 +239,8 @@ async def bring_up(options: UpOptions, progress: Progress, running: Running) -> 
         TETHER_HUB_KAS_EXTERNAL_URL=f"grpc://127.0.0.1:{KAS_PORTS['agent']}",
         # The web console's kubectl snippet and graph relay reach kas' Kubernetes API proxy here.
         TETHER_HUB_KAS_K8S_PROXY_URL=f"https://127.0.0.1:{KAS_PORTS['k8s_proxy']}/k8s-proxy/",
+        # The console opens workspaces in kas' path form (no wildcard DNS on a laptop).
+        TETHER_HUB_KAS_WORKSPACES_URL=f"http://127.0.0.1:{KAS_PORTS['workspaces']}/",
         TETHER_HUB_KAS_K8S_PROXY_CA_FILE=str(proxy_tls.ca_cert),
     )
     hub_base = [TETHER, "hub", "--data-dir", str(state / "hub")]
@@ -287,6 +305,7 @@ async def bring_up(options: UpOptions, progress: Progress, running: Running) -> 
         "try": "kubectl get nodes",
         "hub": f"{hub_url}/api/v4  (PRIVATE-TOKEN in {admin_file})",
         "kas": f"agent grpc://127.0.0.1:{KAS_PORTS['agent']}, Kubernetes API proxy {proxy_url}",
+        "workspaces": f"http://127.0.0.1:{KAS_PORTS['workspaces']}/-/workspaces/<workspace name>/<port>/",
         "logs": str(logs),
     }
 

@@ -206,7 +206,7 @@ class GitalyServer:
 
     def __init__(self, db: Database, token: str, listen: str) -> None:
         self._listen = listen
-        self._server = grpc.aio.server()
+        self._server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])  # never share a port silently
         store = _Store(db)
         gitaly_pb2_grpc.add_SmartHTTPServiceServicer_to_server(_SmartHttp(store, token), self._server)
         gitaly_pb2_grpc.add_CommitServiceServicer_to_server(_Commits(store, token), self._server)

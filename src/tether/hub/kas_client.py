@@ -15,6 +15,8 @@ from tether.pb.gitlab.agent.agent_tracker.rpc import rpc_pb2 as tracker_pb2
 from tether.pb.gitlab.agent.agent_tracker.rpc import rpc_pb2_grpc as tracker_grpc
 from tether.pb.gitlab.agent.pods.rpc import rpc_pb2 as pods_pb2
 from tether.pb.gitlab.agent.pods.rpc import rpc_pb2_grpc as pods_grpc
+from tether.pb.gitlab.agent.workspace_access.rpc import rpc_pb2 as workspaces_pb2
+from tether.pb.gitlab.agent.workspace_access.rpc import rpc_pb2_grpc as workspaces_grpc
 from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_GITLAB, mint
 
 _JWT_LIFETIME_S = 60.0
@@ -38,6 +40,7 @@ class KasApiClient:
         self._tracker = tracker_grpc.AgentTrackerStub(self._channel)
         self._pods = pods_grpc.PodsStub(self._channel)
         self._tokens = tokens_grpc.AgentTokensStub(self._channel)
+        self._workspaces = workspaces_grpc.WorkspaceAccessApiStub(self._channel)
 
     def _metadata(self) -> tuple[tuple[str, str], ...]:
         return (("authorization", "Bearer " + mint(self._secret, ISSUER_GITLAB, AUDIENCE_KAS, _JWT_LIFETIME_S)),)
@@ -78,6 +81,19 @@ class KasApiClient:
             agent_id=agent_id, token_sha256=[bytes.fromhex(d) for d in digests_hex]
         )
         await self._tokens.RevokeAgentTokens(request, metadata=self._metadata(), timeout=timeout_s)
+
+    async def invalidate_workspaces(self, names: list[str], timeout_s: float = 10.0) -> None:
+        """Tell every kas (through this one and Redis) that these workspaces changed (state, existence).
+
+        Args:
+            names: workspace names, at most 1,000.
+            timeout_s: deadline of the call in seconds.
+
+        Raises:
+            grpc.aio.AioRpcError: kas refused or is unreachable.
+        """
+        request = workspaces_pb2.InvalidateWorkspacesRequest(names=names)
+        await self._workspaces.InvalidateWorkspaces(request, metadata=self._metadata(), timeout=timeout_s)
 
     async def close(self) -> None:
         """Close the channel."""

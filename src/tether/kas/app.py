@@ -128,6 +128,9 @@ def _server_options(max_message_size: int, max_connection_age_s: float) -> list[
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.max_connection_age_ms", int(max_connection_age_s * 0.2 * 1000)),
         ("grpc.max_connection_age_grace_ms", int(max_connection_age_s * 0.65 * 1000)),
+        # grpcio binds with SO_REUSEPORT by default: a port another listener (or another process of the same
+        # user) holds would be shared silently, connections split at random between the two.
+        ("grpc.so_reuseport", 0),
         *BOUNDED_WINDOW_OPTIONS,
         *PENDING_RPC_OPTIONS,
     ]

@@ -10,6 +10,7 @@ from tether.modules.gitlab_access.server import GitlabAccessServerFactory
 from tether.modules.kubernetes_api.server import KubernetesApiServerFactory
 from tether.modules.pods.server import PodsServerFactory
 from tether.modules.reverse_tunnel.server import ReverseTunnelServerFactory
+from tether.modules.workspace_access.server import WorkspaceAccessServerFactory
 
 #: Upstream's order (modules.md): configuration, tracker, tunnels, then the APIs that use them.
 SERVER_MODULES: list[ServerModuleFactory] = [
@@ -20,4 +21,5 @@ SERVER_MODULES: list[ServerModuleFactory] = [
     ReverseTunnelServerFactory(),
     PodsServerFactory(),
     KubernetesApiServerFactory(),
+    WorkspaceAccessServerFactory(),
 ]

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import aiohttp
@@ -33,6 +33,7 @@ from tether import __version__
 from tether.tool.jwt_auth import AUDIENCE_GITLAB, ISSUER_KAS, mint
 from tether.tool.logs import REQUEST_ID_HEADER, current_request_id
 
+T = TypeVar("T")
 JWT_HEADER = "Gitlab-Kas-Api-Request"
 AGENT_TOKEN_HEADER = "Gitlab-Agent-Api-Request"
 _JWT_LIFETIME_S = 30.0
@@ -155,6 +156,37 @@ class ProxyUserAuthorization:
     access_as_user: bool
     projects: tuple[RoleGrant, ...] = ()
     groups: tuple[RoleGrant, ...] = ()
+
+
+@dataclass(frozen=True)
+class WorkspaceAuthorization:
+    """The hub's answer to ``authorize_workspace_user``: the caller owns this workspace (issue 13).
+
+    Attributes:
+        workspace_id: the workspace's id.
+        name: its name, which is also its Service's name.
+        namespace: its namespace.
+        agent_id: the agent whose cluster runs it.
+        project_id: its project.
+        ports: the Service ports it exposes (its devfile's endpoints), ascending.
+        actual_state: e.g. ``Running``, ``Stopped`` (seed 003 states).
+        desired_state: e.g. ``Running``.
+        message: why it is ``Failed`` or ``Error``; empty otherwise.
+        user_id: the caller, its owner.
+        username: the caller's username.
+    """
+
+    workspace_id: int
+    name: str
+    namespace: str
+    agent_id: int
+    project_id: int
+    ports: tuple[int, ...]
+    actual_state: str
+    desired_state: str
+    message: str
+    user_id: int
+    username: str
 
 
 class GitlabClient:
@@ -294,13 +326,35 @@ class GitlabClient:
                 any other failure status, or 502 for an answer that does not have the documented shape.
             aiohttp.ClientError, TimeoutError: the hub is unreachable.
         """
-        path = "/api/v4/internal/kubernetes/authorize_proxy_user"
         body = {"agent_id": agent_id, "access_type": access_type, "access_key": access_key, "csrf_token": csrf_token}
-        data = await self._request("POST", "authorize_proxy_user", body=body)
+        return await self._post_parsed("authorize_proxy_user", body, _proxy_user_authorization)
+
+    async def authorize_workspace_user(
+        self, name: str, dns_zone: str | None, access_type: str, access_key: str
+    ) -> WorkspaceAuthorization:
+        """``POST authorize_workspace_user``: ask whether the holder of these credentials owns workspace ``name``.
+
+        Args:
+            name: the workspace name from the address.
+            dns_zone: the zone of a host-form address (the workspace's agent must use it), None in the path form.
+            access_type: ``personal_access_token`` or ``workspace_session``.
+            access_key: the token, or the workspace session cookie's value.
+
+        Raises:
+            GitlabClientError: 401 (unknown or expired credentials, a token without ``api``/``read_api``, a signed-out
+                session), 403 (no such workspace, or another user's: the hub does not say which), any other
+                failure status, or 502 for an answer without the documented shape.
+            aiohttp.ClientError, TimeoutError: the hub is unreachable.
+        """
+        body = {"workspace": name, "dns_zone": dns_zone, "access_type": access_type, "access_key": access_key}
+        return await self._post_parsed("authorize_workspace_user", body, _workspace_authorization)
+
+    async def _post_parsed(self, path: str, body: Any, parse: Callable[[Any], T]) -> T:
+        data = await self._request("POST", path, body=body)
         try:
-            return _proxy_user_authorization(data)
+            return parse(data)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise GitlabClientError(502, path, f"malformed answer: {exc!r}") from exc
+            raise GitlabClientError(502, f"/api/v4/internal/kubernetes/{path}", f"malformed answer: {exc!r}") from exc
 
     async def module_request(
         self,
@@ -393,4 +447,26 @@ def _proxy_user_authorization(data: Any) -> ProxyUserAuthorization:
         access_as_user=as_user,
         projects=projects,
         groups=groups,
+    )
+
+
+def _workspace_authorization(data: Any) -> WorkspaceAuthorization:
+    # Shape: {"workspace": {"id", "name", "namespace", "service", "agent_id", "project_id", "ports",
+    #                       "actual_state", "desired_state", "message"}, "user": {"id", "username"}}
+    ws, user = data["workspace"], data["user"]
+    ports = tuple(sorted(int(port) for port in ws["ports"]))
+    if any(not 0 < port < 65536 for port in ports):
+        raise ValueError(f"ports must be 1-65535, got {ports[:10]}")
+    return WorkspaceAuthorization(
+        workspace_id=int(ws["id"]),
+        name=str(ws["name"]),
+        namespace=str(ws["namespace"]),
+        agent_id=int(ws["agent_id"]),
+        project_id=int(ws["project_id"]),
+        ports=ports,
+        actual_state=str(ws["actual_state"]),
+        desired_state=str(ws["desired_state"]),
+        message=str(ws.get("message") or ""),
+        user_id=int(user["id"]),
+        username=str(user["username"]),
     )

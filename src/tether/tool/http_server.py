@@ -10,12 +10,14 @@ a fixed 400 body and a log line naming only the error's type and the peer.
 from __future__ import annotations
 
 import logging
+import ssl
+from pathlib import Path
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler
 
-__all__ = ["MALFORMED_REQUEST_BODY", "SafeAppRunner", "SafeServer"]
+__all__ = ["MALFORMED_REQUEST_BODY", "SafeAppRunner", "SafeServer", "start_site"]
 
 log = logging.getLogger(__name__)
 
@@ -60,3 +62,39 @@ class SafeAppRunner(web.AppRunner):
             loop=plain._loop,
             **plain._kwargs,
         )
+
+
+async def start_site(
+    runner: web.BaseRunner, network: str, address: str, certificate_file: Path | None, key_file: Path | None
+) -> int:
+    """Set ``runner`` up and serve it on one listener; return the bound TCP port (0 for a unix socket).
+
+    Args:
+        runner: the server's runner (cleaned up again when binding fails).
+        network: ``tcp`` or ``unix``.
+        address: ``host:port`` (``[v6]:port``, an empty host for every address) or a socket path.
+        certificate_file: serving certificate (PEM); TLS when it and ``key_file`` are given.
+        key_file: its private key (PEM).
+
+    Raises:
+        OSError: the address cannot be bound.
+        ssl.SSLError: the certificate or key cannot be loaded.
+    """
+    await runner.setup()
+    site: web.BaseSite
+    if network == "unix":
+        site = web.UnixSite(runner, address)
+    else:
+        context = None
+        if certificate_file is not None and key_file is not None:
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            context.load_cert_chain(certificate_file, key_file)
+        host, _, port = address.rpartition(":")
+        site = web.TCPSite(runner, host.strip("[]") or None, int(port), ssl_context=context)
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    addresses = runner.addresses
+    return int(addresses[0][1]) if addresses and isinstance(addresses[0], tuple) else 0

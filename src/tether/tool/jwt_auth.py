@@ -4,13 +4,14 @@ Who signs what:
 
 * hub -> kas api listener: ``iss=gitlab``, ``aud=gitlab-kas``, the api secret;
 * kas -> kas private api: ``iss=aud=gitlab-kas``, a secret only kas instances share, 5 s lifetime;
-* kas -> hub internal API: ``iss=gitlab-kas``, ``aud=gitlab``, header ``Gitlab-Kas-Api-Request``, 30 s.
+* kas -> hub internal API: ``iss=gitlab-kas``, ``aud=gitlab``, header ``Gitlab-Kas-Api-Request``, 30 s;
+* the workspaces' sign-in (``tether.modules.workspace_access.rpc.tokens``): other audiences, same gitlab secret.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,10 +30,27 @@ class JwtError(ValueError):
     """A token failed validation; the message says why (expired, wrong audience, bad signature...)."""
 
 
-def mint(secret: bytes, issuer: str, audience: str, lifetime_s: float, now: float | None = None) -> str:
-    """Sign a HS256 token valid from ``now - 5 s`` for ``lifetime_s`` seconds (kas.md §4.3)."""
+def mint(
+    secret: bytes,
+    issuer: str,
+    audience: str,
+    lifetime_s: float,
+    now: float | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> str:
+    """Sign a HS256 token valid from ``now - 5 s`` for ``lifetime_s`` seconds (kas.md §4.3).
+
+    Args:
+        secret: HMAC key.
+        issuer: ``iss``, e.g. ``gitlab-kas``.
+        audience: ``aud``, e.g. ``gitlab``.
+        lifetime_s: seconds from ``now`` to ``exp``.
+        now: Unix time in seconds; None for the current time.
+        extra: further claims (they cannot replace the standard ones).
+    """
     now = time.time() if now is None else now
-    claims = {"iss": issuer, "aud": audience, "iat": int(now), "nbf": int(now - 5), "exp": int(now + lifetime_s)}
+    claims = {**(extra or {}), "iss": issuer, "aud": audience, "iat": int(now), "nbf": int(now - 5)}
+    claims["exp"] = int(now + lifetime_s)
     return jwt.encode(claims, secret, algorithm="HS256")
 
 

@@ -32,6 +32,7 @@ from tether.hub.api.routes_members import router as members_router
 from tether.hub.api.routes_projects import router as projects_router
 from tether.hub.api.routes_sessions import router as sessions_router
 from tether.hub.api.routes_users import router as users_router
+from tether.hub.api.routes_workspace_sign_in import router as workspace_sign_in_router
 from tether.hub.api.routes_workspaces_internal import router as workspaces_internal_router
 from tether.hub.api.state import HubState
 from tether.hub.api.throttle import FailedAuthThrottle
@@ -131,6 +132,7 @@ def create_app(config: HubConfig, gitlab_secret: bytes) -> FastAPI:
     app.include_router(api)
     app.include_router(graphql_router())
     app.include_router(sessions_router)
+    app.include_router(workspace_sign_in_router)
     console.install(app)
 
     @app.get("/-/health", tags=["meta"], summary="Liveness")

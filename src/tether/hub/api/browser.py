@@ -23,6 +23,8 @@ KAS_COOKIE = "_gitlab_kas"
 CSRF_HEADER = "X-Csrf-Token"
 #: The sign-out form's CSRF field (Rails' name).
 CSRF_FIELD = "authenticity_token"
+#: The sign-in form's field (and ``GET /users/sign_in`` parameter) naming where to go once signed in.
+REDIRECT_FIELD = "redirect_to"
 FORM_CONTENT_TYPE = "application/x-www-form-urlencoded"
 _MAX_FORM_BYTES = 16 * 1024
 
@@ -98,3 +100,15 @@ async def read_form(request: Request, max_bytes: int = _MAX_FORM_BYTES) -> dict[
         if len(body) > max_bytes:
             raise BadRequest(f"400 Bad request - the form is larger than {max_bytes // 1024} KiB")
     return dict(parse_qsl(body.decode(errors="replace"), keep_blank_values=True))
+
+
+def local_redirect(value: str | None) -> str:
+    """``value`` when it is a path on this hub (``/...``, not ``//host`` nor any backslash), else ``""``.
+
+    Only such paths may follow a sign-in: anything else would make the hub an open redirect.
+    """
+    if not value or len(value) > 4096 or not value.startswith("/") or value[1:2] in ("/", "\\"):
+        return ""
+    if not value.isprintable() or "\\" in value:
+        return ""
+    return value

@@ -63,3 +63,23 @@ async def announce_revoked_tokens(state: HubState, agent_id: int, digests_hex: l
             agent_id,
             exc.code().name,
         )
+
+
+async def announce_workspace_changes(state: HubState, names: list[str]) -> None:
+    """Tell kas that these workspaces changed, so every kas stops answering from what it cached (issue 13).
+
+    Best effort after the database change is committed: without kas, kas' answers expire after its
+    ``workspaces.authorization_cache_ttl``.
+    """
+    if state.kas is None or not names:
+        return
+    unique = sorted(set(names))
+    try:
+        for start in range(0, len(unique), 1000):
+            await state.kas.invalidate_workspaces(unique[start : start + 1000], timeout_s=state.config.kas.timeout)
+    except grpc.aio.AioRpcError as exc:
+        log.warning(
+            "kas api: announcing %d changed workspace(s) failed: %s; kas serves them from its cache for its TTL",
+            len(unique),
+            exc.code().name,
+        )

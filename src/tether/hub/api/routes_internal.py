@@ -12,11 +12,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header, Request
 
 from tether.hub.api.internal_auth import JWT_HEADER, check_kas_jwt
-from tether.hub.api.schemas_in import AuthorizeProxyUser
+from tether.hub.api.schemas_in import AuthorizeProxyUser, AuthorizeWorkspaceUser
 from tether.hub.api.state import hub_state
 from tether.hub.errors import NotFound, Unauthorized
 from tether.hub.gitaly import repository_for
 from tether.hub.service import agents, internal
+from tether.hub.workspaces import access as workspace_access
 
 AGENT_TOKEN_HEADER = "Gitlab-Agent-Api-Request"
 
@@ -105,6 +106,23 @@ async def authorize_proxy_user(request: Request, body: AuthorizeProxyUser) -> di
     async with hub_state(request).db.transaction() as session:
         result = await internal.authorize_proxy_user(
             session, body.agent_id, body.access_type, body.access_key, body.csrf_token
+        )
+    return result.to_json()
+
+
+@router.post("/kubernetes/authorize_workspace_user", summary="Does this user own this workspace? (Tether)")
+async def authorize_workspace_user(request: Request, body: AuthorizeWorkspaceUser) -> dict[str, Any]:
+    """Where the caller's workspace runs and its state (issue 13).
+
+    200 ``{"workspace": {id, name, namespace, service, agent_id, project_id, ports, actual_state,
+    desired_state, message}, "user": {id, username}}``; 401 unknown, revoked or expired token, a token without
+    ``api``/``read_api``, or a workspace session whose hub session ended; 403 when the caller owns no workspace
+    of that name in that zone (it may not exist).
+    """
+    state = hub_state(request)
+    async with state.db.transaction() as session:
+        result = await workspace_access.authorize_workspace_user(
+            session, body.workspace, body.dns_zone, body.access_type, body.access_key, state.gitlab_secret
         )
     return result.to_json()
 

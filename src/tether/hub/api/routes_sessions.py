@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Cookie, Header, Request, Response
-from fastapi.responses import HTMLResponse
+from fastapi import APIRouter, Cookie, Header, Query, Request, Response
+from fastapi.responses import HTMLResponse, RedirectResponse
 from pydantic import BaseModel, Field
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -18,10 +18,12 @@ from tether.hub.api import session_pages
 from tether.hub.api.browser import (
     CSRF_FIELD,
     CSRF_HEADER,
+    REDIRECT_FIELD,
     SESSION_COOKIE,
     check_same_origin,
     clear_session_cookies,
     is_form,
+    local_redirect,
     read_form,
     set_session_cookies,
 )
@@ -50,35 +52,47 @@ async def _live(session: AsyncSession, session_id: str | None) -> sessions.Activ
 
 
 @router.get("/sign_in", response_class=HTMLResponse, summary="The sign-in form")
-async def sign_in_form(state: State, session_id: SessionCookie = None) -> HTMLResponse:
-    """The form; a browser already signed in gets the signed-in page (with its CSRF token) instead."""
+async def sign_in_form(
+    state: State,
+    session_id: SessionCookie = None,
+    redirect_to: Annotated[str | None, Query(description="A path on this hub to go to once signed in.")] = None,
+) -> Response:
+    """The form; a browser already signed in goes to ``redirect_to`` (303), or gets the signed-in page."""
+    target = local_redirect(redirect_to)
     async with state.db.transaction() as session:
         active = await _live(session, session_id)
     if active is not None:
+        if target:
+            return RedirectResponse(target, status_code=303, headers={"Cache-Control": "no-store"})
         return session_pages.page(
             session_pages.signed_in(active.user.username, active.csrf_token, active.row.expires_at)
         )
-    return session_pages.page(session_pages.sign_in_form())
+    return session_pages.page(session_pages.sign_in_form(redirect_to=target))
 
 
 @router.post("/sign_in", response_class=HTMLResponse, summary="Sign in with a username and a personal access token")
-async def sign_in(request: Request, state: State, session_id: SessionCookie = None) -> HTMLResponse:
-    """Form fields ``login`` (username) and ``token`` (a personal access token with scope ``api`` or ``k8s_proxy``).
+async def sign_in(request: Request, state: State, session_id: SessionCookie = None) -> Response:
+    """Sign in with form fields ``login``, ``token`` and optionally ``redirect_to``.
 
-    200: the signed-in page, with ``Set-Cookie`` for ``_gitlab_session`` and ``_gitlab_kas``; a session this
-    browser already had is ended. 401: the form again with ``Invalid login or token.``; 400: a field is empty or
-    the body is not a form; 403: posted from another origin; 429: too many failed sign-ins from this address.
+    ``login`` is the username, ``token`` a personal access token with scope ``api`` or ``k8s_proxy``,
+    ``redirect_to`` a path on this hub. 200: the signed-in page (303 to ``redirect_to`` when given), with
+    ``Set-Cookie`` for ``_gitlab_session`` and ``_gitlab_kas``; a session this browser already had is ended.
+    401: the form again with ``Invalid login or token.``; 400: a field is empty or the body is not a form; 403:
+    posted from another origin; 429: too many failed sign-ins from this address.
     """
     check_same_origin(request, state.config)
     form = await read_form(request)
     login, token = form.get("login", "").strip(), form.get("token", "").strip()
+    target = local_redirect(form.get(REDIRECT_FIELD))
     if not login or not token:
-        html = session_pages.sign_in_form(error="Enter your username and a personal access token.", login=login)
+        html = session_pages.sign_in_form(
+            error="Enter your username and a personal access token.", login=login, redirect_to=target
+        )
         return session_pages.page(html, 400)
     try:
         await state.throttle.check(request)
     except TooManyRequests as exc:
-        page = session_pages.page(session_pages.sign_in_form(error=str(exc), login=login), 429)
+        page = session_pages.page(session_pages.sign_in_form(error=str(exc), login=login, redirect_to=target), 429)
         page.headers.update(exc.headers)
         return page
     try:
@@ -89,10 +103,14 @@ async def sign_in(request: Request, state: State, session_id: SessionCookie = No
             active = await sessions.sign_in(session, login, token, state.config.sessions.lifetime)
     except Unauthorized as exc:
         await state.throttle.failed(request)
-        return session_pages.page(session_pages.sign_in_form(error=str(exc), login=login), 401)
-    response = session_pages.page(
-        session_pages.signed_in(active.user.username, active.csrf_token, active.row.expires_at)
-    )
+        return session_pages.page(session_pages.sign_in_form(error=str(exc), login=login, redirect_to=target), 401)
+    response: Response
+    if target:
+        response = RedirectResponse(target, status_code=303, headers={"Cache-Control": "no-store"})
+    else:
+        response = session_pages.page(
+            session_pages.signed_in(active.user.username, active.csrf_token, active.row.expires_at)
+        )
     set_session_cookies(response, active.session_id, state.config)
     return response
 

@@ -15,6 +15,7 @@ import msgspec
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
+from tether.hub.api.connections import announce_workspace_changes
 from tether.hub.api.routes_internal import AgentToken, require_kas_jwt
 from tether.hub.api.state import hub_state
 from tether.hub.service import internal
@@ -54,10 +55,12 @@ async def reconcile_route(request: Request, token: AgentToken) -> Any:
         body = msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:
         return _bad(f"{ERROR_PREFIX}body is not valid JSON: {exc}")
+    changed: list[str] = []
     try:
         async with state.db.transaction() as session:
-            answer = await reconcile(session, owner.agent.id, body)
+            answer = await reconcile(session, owner.agent.id, body, changed)
     except ParamsError as exc:
         return _bad(str(exc))
+    await announce_workspace_changes(state, changed)  # after the commit: kas re-reads what it asks next
     # msgspec: a full sync's answer can be megabytes of config.
     return Response(msgspec.json.encode(answer), status_code=201, media_type="application/json")

@@ -80,6 +80,17 @@ class AgentTokenCreate(_Body):
     description: str = ""
 
 
+class AuthorizeWorkspaceUser(_Body):
+    """``POST /api/v4/internal/kubernetes/authorize_workspace_user`` (kas, issue 13)."""
+
+    workspace: str = Field(max_length=64, description="The workspace name from the address.")
+    dns_zone: str | None = Field(
+        default=None, max_length=256, description="The zone of a host-form address; null for the path form."
+    )
+    access_type: str = Field(max_length=64, description="personal_access_token or workspace_session.")
+    access_key: str = Field(max_length=4096, description="The token, or the workspace session cookie's value.")
+
+
 class AuthorizeProxyUser(_Body):
     """``POST /api/v4/internal/kubernetes/authorize_proxy_user`` (kas.md §4.5)."""
 

@@ -11,7 +11,7 @@ from html import escape
 
 from fastapi.responses import HTMLResponse
 
-from tether.hub.api.browser import CSRF_FIELD, CSRF_HEADER, KAS_COOKIE, SESSION_COOKIE
+from tether.hub.api.browser import CSRF_FIELD, CSRF_HEADER, KAS_COOKIE, REDIRECT_FIELD, SESSION_COOKIE
 
 #: Pages show a CSRF token or take a token: never cached, never framed, nothing loaded from anywhere.
 PAGE_HEADERS = {
@@ -40,17 +40,25 @@ def page(html: str, status_code: int = 200) -> HTMLResponse:
     return HTMLResponse(html, status_code=status_code, headers=PAGE_HEADERS)
 
 
-def sign_in_form(error: str | None = None, notice: str | None = None, login: str = "") -> str:
-    """The sign-in form (fields ``login`` and ``token``), with an optional error or notice above it."""
+def sign_in_form(error: str | None = None, notice: str | None = None, login: str = "", redirect_to: str = "") -> str:
+    """The sign-in form (fields ``login`` and ``token``), with an optional error or notice above it.
+
+    Args:
+        error: shown in red, e.g. ``Invalid login or token.``.
+        notice: shown in green when there is no error.
+        login: the username to fill in again.
+        redirect_to: a local path to go to after signing in (a hidden field), or empty.
+    """
     message = ""
     if error:
         message = f'<p class="error" role="alert">{escape(error)}</p>'
     elif notice:
         message = f'<p class="notice">{escape(notice)}</p>'
+    hidden = f'<input type="hidden" name="{REDIRECT_FIELD}" value="{escape(redirect_to)}">\n' if redirect_to else ""
     body = f"""<h1>Sign in to the Tether hub</h1>
 {message}
 <form method="post" action="sign_in">
-<label>Username <input name="login" value="{escape(login)}" autocomplete="username" required autofocus></label>
+{hidden}<label>Username <input name="login" value="{escape(login)}" autocomplete="username" required autofocus></label>
 <label>Personal access token <input name="token" type="password" autocomplete="current-password" required></label>
 <button type="submit">Sign in</button>
 </form>

@@ -19,6 +19,7 @@ from fastapi.responses import HTMLResponse, Response
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from tether.hub.api.connections import announce_workspace_changes
 from tether.hub.api.state import hub_state
 from tether.hub.console.web import ConsoleUser, checked_form, console_user, plain_words, render, see_other
 from tether.hub.db.agents import AgentConfiguration, ClusterAgent
@@ -191,6 +192,7 @@ async def create_workspace(request: Request, user: User_) -> Response:
             row = await operations.create(session, user.principal, wanted)
     except HubError as exc:
         return await _page(request, user, exc.status, error=_plain(exc), form=form)
+    await announce_workspace_changes(hub_state(request), [row.name])  # a refusal kas cached for the name goes
     return see_other(f"/workspaces#workspace-{row.id}")
 
 
@@ -207,7 +209,8 @@ async def change_state(request: Request, user: User_, workspace_id: RowId) -> Re
     form = await checked_form(request, user)
     try:
         async with hub_state(request).db.transaction() as session:
-            await operations.update(session, user.principal, workspace_id, form.get("desired_state", ""))
+            row = await operations.update(session, user.principal, workspace_id, form.get("desired_state", ""))
     except BadRequest as exc:
         return await _page(request, user, exc.status, action_error=_plain(exc))
+    await announce_workspace_changes(hub_state(request), [row.name])
     return see_other(f"/workspaces#workspace-{workspace_id}")

@@ -12,6 +12,7 @@ permission" message, so nothing leaks.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Annotated
 
@@ -24,6 +25,7 @@ from strawberry.fastapi import BaseContext, GraphQLRouter
 from strawberry.types import ExecutionContext, Info
 
 from tether.hub.api.auth import authenticated
+from tether.hub.api.connections import announce_workspace_changes
 from tether.hub.api.state import hub_state
 from tether.hub.db.engine import Database
 from tether.hub.db.workspaces import Workspace as WorkspaceRow
@@ -45,12 +47,20 @@ MAX_PAGE = 1000
 
 
 class Context(BaseContext):
-    """Per request: the caller and the database."""
+    """Per request: the caller, the database, and who to tell about changed workspaces (kas)."""
 
-    def __init__(self, principal: Principal, db: Database) -> None:
+    def __init__(
+        self, principal: Principal, db: Database, announce: Callable[[list[str]], Awaitable[None]] | None = None
+    ) -> None:
         super().__init__()
         self.principal = principal
         self.db = db
+        self.announce = announce
+
+    async def changed(self, name: str) -> None:
+        """Workspace ``name`` was created or its desired state changed (after the commit)."""
+        if self.announce is not None:
+            await self.announce([name])
 
 
 def _ids(values: list[strawberry.ID] | None, prefix: str, argument: str) -> list[int]:
@@ -262,6 +272,7 @@ class Mutation:
             async with context.db.transaction() as session:
                 row = await operations.create(session, context.principal, request)
                 view = (await _views(session, [row]))[0]
+            await context.changed(view.name)  # a refusal kas cached for the new name must go
         except BadRequest as exc:
             return WorkspacePayload(workspace=None, errors=_errors(exc), client_mutation_id=input.client_mutation_id)
         except (NotFound, Forbidden) as exc:
@@ -277,6 +288,7 @@ class Mutation:
             async with context.db.transaction() as session:
                 row = await operations.update(session, context.principal, workspace_id, input.desired_state)
                 view = (await _views(session, [row]))[0]
+            await context.changed(view.name)
         except BadRequest as exc:
             return WorkspacePayload(workspace=None, errors=_errors(exc), client_mutation_id=input.client_mutation_id)
         except (NotFound, Forbidden) as exc:
@@ -307,7 +319,8 @@ schema = _Schema(
 
 
 async def _context(request: Request, principal: Annotated[Principal, Depends(authenticated)]) -> Context:
-    return Context(principal=principal, db=hub_state(request).db)
+    state = hub_state(request)
+    return Context(principal=principal, db=state.db, announce=lambda names: announce_workspace_changes(state, names))
 
 
 def router() -> GraphQLRouter[Context, None]:

@@ -30,8 +30,15 @@ log = logging.getLogger(__name__)
 
 
 @functools.lru_cache(maxsize=512)
-def _devfile(text: str) -> Devfile:
-    # Devfiles never change after creation; parsing a thousand on every full sync would dominate its cost.
+def cached_devfile(text: str) -> Devfile:
+    """``parse_devfile(text)``, remembered.
+
+    Devfiles never change after creation; parsing a thousand on every full sync (or one on every workspace
+    request) would dominate the cost.
+
+    Raises:
+        DevfileError: the devfile no longer parses.
+    """
     return parse_devfile(text)
 
 
@@ -59,8 +66,17 @@ def _apply_report(ws: Workspace, info: AgentInfo, now: datetime) -> None:
         log.warning("workspace %d %s reported in abnormal actual state %s: %s", ws.id, ws.name, state, message)
 
 
-async def reconcile(session: AsyncSession, agent_id: int, body: object) -> dict[str, Any]:
+async def reconcile(
+    session: AsyncSession, agent_id: int, body: object, state_changes: list[str] | None = None
+) -> dict[str, Any]:
     """Run one reconcile request of agent ``agent_id``; returns the 201 body (reference §1.4).
+
+    Args:
+        session: open transaction.
+        agent_id: the calling agent.
+        body: the decoded JSON request.
+        state_changes: when given, receives the names of the workspaces whose desired or actual state changed
+            (kas is told, so that it stops serving what it cached about them).
 
     Raises:
         ParamsError: the body breaks the schema (the route answers 400 with upstream's message shape).
@@ -80,6 +96,7 @@ async def reconcile(session: AsyncSession, agent_id: int, body: object) -> dict[
     settings[version] = current
     found: set[str] = set()
     changed: dict[int, Workspace] = {}
+    before = {ws.id: (ws.desired_state, ws.actual_state) for ws in rows}
     for ws in rows:
         info = reported.get(ws.name)
         if info is None:
@@ -108,6 +125,8 @@ async def reconcile(session: AsyncSession, agent_id: int, body: object) -> dict[
             if ws.desired_state != State.TERMINATED:
                 set_desired(ws, State.TERMINATED, now)
                 changed[ws.id] = ws
+    if state_changes is not None:
+        state_changes += [ws.name for ws in changed.values() if (ws.desired_state, ws.actual_state) != before[ws.id]]
     returned = [
         ws
         for ws in rows
@@ -163,7 +182,7 @@ def _rail_info(ws: Workspace, update_type: str, settings: Any) -> dict[str, Any]
                 agent_id=ws.cluster_agent_id,
                 desired_state=ws.desired_state,
                 actual_state=ws.actual_state,
-                devfile=_devfile(ws.devfile),
+                devfile=cached_devfile(ws.devfile),
                 settings=settings,
                 env_variables={
                     "GL_WORKSPACE_NAME": ws.name,

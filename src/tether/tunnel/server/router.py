@@ -121,7 +121,13 @@ class Router:
         self._options = options or RoutingOptions()
 
     async def route(
-        self, agent_id: int, full_method: str, metadata: MetadataIn | None, caller: CallerSide, timeout_s: float | None
+        self,
+        agent_id: int,
+        full_method: str,
+        metadata: MetadataIn | None,
+        caller: CallerSide,
+        timeout_s: float | None,
+        find_timeout_s: float | None = None,
     ) -> status_pb2.Status | None:
         """Route one call to agent ``agent_id`` and relay it.
 
@@ -132,6 +138,8 @@ class Router:
             caller: the original call.
             timeout_s: the caller's remaining deadline in seconds, or None (then ``find_timeout_s`` caps
                 the wait for a tunnel). It bounds the whole call and travels to agentk (``tether-timeout-ms``).
+            find_timeout_s: caps the wait for a tunnel instead of ``find_timeout_s`` of the options when
+                ``timeout_s`` is None (a long call that must find its agent quickly).
 
         Returns:
             agentk's failure status, or None when the call succeeded.
@@ -146,7 +154,8 @@ class Router:
         started = loop.time()
         # Answer a little before the caller's own deadline, so it gets kas' explanation rather than a bare
         # "Deadline Exceeded" from its own gRPC library.
-        timeout = self._options.find_timeout_s if timeout_s is None else max(timeout_s - min(0.2, timeout_s * 0.1), 0)
+        default = self._options.find_timeout_s if find_timeout_s is None else find_timeout_s
+        timeout = default if timeout_s is None else max(timeout_s - min(0.2, timeout_s * 0.1), 0)
         if timeout_s is not None:
             outgoing = (*outgoing, timeout_entry(timeout_s))  # agentk bounds its own call by it too
         try:

@@ -150,7 +150,7 @@ async def open_exchange(
     Args:
         url: absolute URL (``http`` or ``https``) including the query.
         method: HTTP method, e.g. ``GET``.
-        headers: request headers without ``Host`` (added here) and without framing headers for the body.
+        headers: request headers without framing headers for the body; ``Host`` is the URL's unless given.
         body: the request body, or None when ``content_length`` is 0.
         content_length: body size in bytes, 0 for none, -1 for unknown (sent chunked).
         ssl_context: TLS context for ``https`` (its ALPN should offer ``http/1.1`` only).
@@ -171,7 +171,9 @@ async def open_exchange(
         connect_timeout_s,
     )
     try:
-        lines = [f"{method} {url.raw_path_qs} HTTP/1.1", f"Host: {url.host_port_subcomponent}"]
+        lines = [f"{method} {url.raw_path_qs} HTTP/1.1"]
+        if not any(name.lower() == "host" for name, _ in headers):
+            lines.append(f"Host: {url.host_port_subcomponent}")
         lines += [f"{name}: {value}" for name, value in headers]
         if content_length < 0:
             lines.append("Transfer-Encoding: chunked")

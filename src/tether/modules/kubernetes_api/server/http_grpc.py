@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from aiohttp import web
 from google.protobuf.message import DecodeError
@@ -102,10 +103,17 @@ class ProxyCall:
         header: its ``header`` frame (:func:`request_header`).
         upgrade: whether the request asks for an HTTP upgrade.
         extra_headers: headers kas adds to the response (CORS); upstream values never override them.
+        response_filter: rewrites the upstream response headers (canonical names, hop-by-hop removed) before
+            they are sent, e.g. to drop some ``Set-Cookie``; None keeps them.
     """
 
     def __init__(
-        self, request: web.BaseRequest, header: _HttpRequest, upgrade: bool, extra_headers: dict[str, str]
+        self,
+        request: web.BaseRequest,
+        header: _HttpRequest,
+        upgrade: bool,
+        extra_headers: dict[str, str],
+        response_filter: Callable[[HeaderMap], HeaderMap] | None = None,
     ) -> None:
         self._request = request
         self._header: bytes | None = header.SerializeToString()
@@ -113,6 +121,7 @@ class ProxyCall:
         self._body_done = False
         self._upgrade = upgrade
         self._extra = extra_headers
+        self._response_filter = response_filter
         self._expect_continue = request.headers.get("Expect", "").lower() == "100-continue"
         self._automaton = StreamAutomaton(grpctool_pb2.HttpResponse)
         self._head_known = asyncio.Event()
@@ -135,6 +144,10 @@ class ProxyCall:
         transport = self._request.transport
         if transport is not None:
             transport.close()
+
+    async def wait_head(self) -> None:
+        """Return once the response head was sent to the client."""
+        await self._head_known.wait()
 
     @property
     def head_sent(self) -> bool:
@@ -229,6 +242,8 @@ class ProxyCall:
         if self._extra:
             # kas answers CORS itself (kas.md §5.3 step 5): the cluster's CORS headers are dropped.
             upstream = {k: v for k, v in upstream.items() if not k.lower().startswith("access-control-")}
+        if self._response_filter is not None:
+            upstream = self._response_filter(upstream)
         response = web.StreamResponse(status=code, reason=_reason(head.status, code))
         for key, value in self._extra.items():
             response.headers[key] = value

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -44,7 +43,7 @@ from tether.modules.kubernetes_api.server.status import ProxyError, status_respo
 from tether.pb.gitlab.agent.kubernetes_api.rpc import rpc_pb2
 from tether.tool.durations import parse_duration
 from tether.tool.grpc_meta import code_from_int
-from tether.tool.http_server import SafeServer
+from tether.tool.http_server import SafeServer, start_site
 from tether.tool.logs import REQUEST_ID_METADATA, bind, new_request_id
 from tether.tool.rate_limit import RateLimiter, per_minute
 from tether.tool.status import http_code
@@ -149,27 +148,10 @@ class KubernetesApiProxy:
             ssl.SSLError: the certificate or key cannot be loaded.
         """
         listen = self._config.listen
-        await self._runner.setup()
-        site: web.BaseSite
-        if listen.network == "unix":
-            site = web.UnixSite(self._runner, listen.address)
-        else:
-            context = None
-            if listen.certificate_file is not None and listen.key_file is not None:
-                context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-                context.load_cert_chain(listen.certificate_file, listen.key_file)
-            else:
-                # client-go attaches bearer tokens only over TLS: kubectl sends none to a plain HTTP server.
-                log.warning("the Kubernetes API proxy listens without TLS; kubectl will not send tokens to it")
-            host, _, port = listen.address.rpartition(":")
-            site = web.TCPSite(self._runner, host.strip("[]") or None, int(port), ssl_context=context)
-        try:
-            await site.start()
-        except BaseException:
-            await self._runner.cleanup()
-            raise
-        addresses = self._runner.addresses
-        return int(addresses[0][1]) if addresses and isinstance(addresses[0], tuple) else 0
+        if listen.network != "unix" and (listen.certificate_file is None or listen.key_file is None):
+            # client-go attaches bearer tokens only over TLS: kubectl sends none to a plain HTTP server.
+            log.warning("the Kubernetes API proxy listens without TLS; kubectl will not send tokens to it")
+        return await start_site(self._runner, listen.network, listen.address, listen.certificate_file, listen.key_file)
 
     async def stop(self) -> None:
         """Stop accepting, end watches cleanly, let other requests run for ``shutdown_grace_period``, then cut them.
