@@ -68,6 +68,11 @@ def rss_mib(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for {pid}")
 
 
+#: What each path answered to the last timed GET of a URL: Content-Encoding and decoded body bytes. The API
+#: server gzips large lists when the client accepts it, so a path that drops ``Accept-Encoding`` skips that cost.
+ANSWERS: dict[str, str] = {}
+
+
 async def timed_requests(url: str, token: str, ca: Path, count: int, warmup: int) -> list[float]:
     """Milliseconds per sequential GET of ``url`` (whole body read), after ``warmup`` unmeasured ones."""
     context = ssl.create_default_context(cafile=str(ca))
@@ -78,7 +83,8 @@ async def timed_requests(url: str, token: str, ca: Path, count: int, warmup: int
             began = time.perf_counter()
             async with session.get(url, ssl=context) as resp:
                 assert resp.status == 200, await resp.text()
-                await resp.read()
+                body = await resp.read()
+                ANSWERS[url] = f"{resp.headers.get('Content-Encoding', 'identity')}, {len(body):,} bytes decoded"
             if index >= warmup:
                 samples.append((time.perf_counter() - began) * 1000)
     return samples
@@ -213,6 +219,7 @@ async def run(pods: int, runs: int, gets: int) -> list[dict[str, Any]]:
     per_run = {k: [round(s, 2) for s in v] for k, v in kubectl_s.items()}
     print(f"kubectl get pods -A -o json ({pods} pods), seconds per run: {per_run}")
     print(f"raw GET /api/v1/pods, ms per run: { {k: [round(s) for s in v] for k, v in raw_ms.items()} }")
+    print("answers (Content-Encoding, decoded size):\n" + "\n".join(f"  {u}: {a}" for u, a in ANSWERS.items()))
     print(f"small GET median ms: { {k: round(v, 2) for k, v in small_med.items()} }; load average {load}")
     results: list[dict[str, Any]] = []
     for path in ("tether", "upstream"):
