@@ -1,8 +1,9 @@
 """Simulate many agents against one kas: per agent one GetConfiguration stream and two idle tunnels.
 
 Usage: ``python bench/sim_agents.py <kas agent host:port> <token prefix> <count> [agents per connection]``;
-tokens are ``<prefix><i>`` for i in 0..count-1. Runs until stdin closes, then prints ``ended <JSON>``: how
-many streams ended and were re-opened during the run, by status.
+tokens are ``<prefix><i>`` for i in 0..count-1. Prints ``configured`` once every agent's configuration stream
+has brought its first configuration (what agentk's readiness waits for), runs until stdin closes, then prints
+``ended <JSON>``: how many streams ended and were re-opened during the run, by status.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ DESCRIPTOR = tunnel_pb2.ConnectRequest(
 
 
 ENDED: dict[str, int] = {}
+CONFIGURED: set[int] = set()
 
 
 async def keep_tunnel(
@@ -64,15 +66,22 @@ async def keep_tunnel(
 
 
 async def keep_config(
-    stub: config_grpc.AgentConfigurationStub, metadata: tuple[tuple[str, str], ...], i: int, stop: asyncio.Event
+    stub: config_grpc.AgentConfigurationStub,
+    metadata: tuple[tuple[str, str], ...],
+    i: int,
+    count: int,
+    stop: asyncio.Event,
 ) -> None:
-    """The configuration stream, re-opened when it ends."""
+    """The configuration stream, re-opened when it ends; agent ``i`` of ``count`` is configured at its first message."""
     request = config_pb2.ConfigurationRequest(agent_meta=AgentMeta(version="sim", pod_name=f"sim-{i}"))
     while not stop.is_set():
         call = stub.GetConfiguration(request, metadata=metadata)
         try:
             async for _ in call:
-                pass
+                if i not in CONFIGURED:
+                    CONFIGURED.add(i)
+                    if len(CONFIGURED) == count:
+                        print("configured", flush=True)
         except grpc.aio.AioRpcError as exc:
             ENDED["config " + exc.code().name] = ENDED.get("config " + exc.code().name, 0) + 1
         if not stop.is_set():
@@ -92,7 +101,9 @@ async def main() -> None:
     for i in range(count):
         channel = channels[i % count_channels]
         metadata = (("authorization", f"Bearer {prefix}{i}"),)
-        holders.append(asyncio.create_task(keep_config(config_grpc.AgentConfigurationStub(channel), metadata, i, stop)))
+        holders.append(
+            asyncio.create_task(keep_config(config_grpc.AgentConfigurationStub(channel), metadata, i, count, stop))
+        )
         for _ in range(2):
             holders.append(asyncio.create_task(keep_tunnel(tunnel_grpc.ReverseTunnelStub(channel), metadata, stop)))
         if i % 100 == 99:

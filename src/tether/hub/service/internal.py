@@ -53,14 +53,22 @@ async def agent_for_token(session: AsyncSession, plain: str) -> AgentTokenOwner:
     """
     if not plain:
         raise Unauthorized()
-    row = await session.scalar(select(ClusterAgentToken).where(ClusterAgentToken.token_digest == tokens.digest(plain)))
-    if row is None or row.status != TOKEN_ACTIVE:
+    # One statement: each agent's first connection costs the hub this lookup, and 10,000 agents reconnect
+    # together after a kas restart (issue 9).
+    found = (
+        await session.execute(
+            select(ClusterAgentToken, ClusterAgent, Project)
+            .join(ClusterAgent, ClusterAgent.id == ClusterAgentToken.agent_id)
+            .join(Project, Project.id == ClusterAgent.project_id)
+            .where(ClusterAgentToken.token_digest == tokens.digest(plain))
+        )
+    ).first()
+    if found is None or found[0].status != TOKEN_ACTIVE:
         raise Unauthorized()
+    row, agent, project = found
     now = utcnow()
     if row.last_used_at is None or now - row.last_used_at > LAST_USED_UPDATE_INTERVAL:
         row.last_used_at = now
-    agent = await session.get_one(ClusterAgent, row.agent_id)
-    project = await session.get_one(Project, agent.project_id)
     return AgentTokenOwner(agent=agent, project=project)
 
 
