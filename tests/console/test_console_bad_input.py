@@ -43,6 +43,17 @@ def test_pages_need_a_session(hub: RealHub) -> None:
     assert hub.db.rows("SELECT id FROM projects") == []
 
 
+def test_pages_name_an_icon_the_hub_serves(hub: RealHub) -> None:
+    """Browsers ask for an icon on every page; without one each page load logged a 404 in the browser."""
+    with httpx.Client(base_url=hub.url, timeout=30) as anonymous:
+        page = anonymous.get("/")
+        found = re.search(r'<link rel="icon" href="([^"]+)"', page.text)
+        assert found is not None, page.text
+        icon = anonymous.get(found.group(1))
+        assert icon.status_code == 200
+        assert icon.headers["content-type"].startswith("image/svg+xml")
+
+
 def test_no_change_without_the_sessions_csrf_token(hub: RealHub) -> None:
     _uid, token = hub.user("alice")
     alice, csrf = browser_for(hub, "alice", token)
