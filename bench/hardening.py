@@ -18,7 +18,10 @@ idle tunnels. ``connect_10000_agents_seconds`` runs from the simulator's start u
 configuration stream has brought its first configuration (what agentk's readiness waits for) and kas holds
 every tunnel idle (kas' ``connected_agents_count`` is not used: it is refreshed from Redis every 5 s);
 ``kas_rss_10000_agents_mib`` is kas' RSS 10 s later; ``stream_reopens_10000_agents`` counts the streams the
-agents had to re-open during the run. Writes ``bench/results/hardening.json``.
+agents had to re-open during the run. kas runs as an image carries it (the runtime package installed without
+extras into an empty virtual environment, as in ``bench/footprint.py``); the same three figures with the
+development environment's kas are recorded beside them with the suffix ``_dev_venv``. Writes
+``bench/results/hardening.json``.
 """
 
 from __future__ import annotations
@@ -36,13 +39,16 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.fixtures import system as system_fixture
 from tests.fixtures.hub import RunningHub
 from tests.fixtures.system import KasProc, System, write_private_secret
+from tests.support.runtime_venv import build_runtime_venv
 from tether.devenv.redis_server import RedisServer
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent
 RESULTS = HERE / "results" / "hardening.json"
+DEV_TETHER = system_fixture.TETHER
 TESTS = [
     "tests/e2e/test_back_pressure.py",
     "tests/integration/test_redis_state.py::test_20000_connections_refresh_while_routed_reads_stay_fast",
@@ -86,10 +92,11 @@ def from_tests(directory: Path) -> dict[str, tuple[float, str]]:
     }
 
 
-async def many_agents(count: int) -> dict[str, tuple[float, str]]:
-    """kas with ``count`` simulated agents, one HTTP/2 connection each."""
+async def many_agents(count: int, tether: str, suffix: str) -> dict[str, tuple[float, str]]:
+    """kas (the ``tether`` executable given) with ``count`` simulated agents, one HTTP/2 connection each."""
     with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp:
         directory = Path(tmp)
+        system_fixture.TETHER = tether
         redis = RedisServer(directory / "redis").start()
         running = RunningHub(directory / "hub")
         hub = running.hub
@@ -149,9 +156,9 @@ async def many_agents(count: int) -> dict[str, tuple[float, str]]:
         f"kas' connected_agents_count (refreshed from Redis every 5 s) then: {agents_seen:.0f}"
     )
     return {
-        f"kas_rss_{count}_agents_mib": (rss, "MiB"),
-        f"connect_{count}_agents_seconds": (connect_s, "s"),
-        f"stream_reopens_{count}_agents": (sum(ended.values()), "count"),
+        f"kas_rss_{count}_agents_mib{suffix}": (rss, "MiB"),
+        f"connect_{count}_agents_seconds{suffix}": (connect_s, "s"),
+        f"stream_reopens_{count}_agents{suffix}": (sum(ended.values()), "count"),
     }
 
 
@@ -170,7 +177,12 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="tether-bench-figures-") as tmp:
             figures.update(from_tests(Path(tmp)))
     if args.part in ("all", "agents"):
-        figures.update(asyncio.run(many_agents(args.agents)))
+        # kas as an image carries it (the runtime package without extras, as bench/footprint.py), then the
+        # development environment's, where PyJWT and structlog also load cryptography and rich.
+        with tempfile.TemporaryDirectory(prefix="tether-bench-runtime-") as tmp:
+            runtime = str(build_runtime_venv(Path(tmp)) / "bin" / "tether")
+            figures.update(asyncio.run(many_agents(args.agents, runtime, "")))
+        figures.update(asyncio.run(many_agents(args.agents, DEV_TETHER, "_dev_venv")))
     for name, (value, unit) in figures.items():
         print(f"{name:36s} {value:10.2f} {unit}")
     kept = json.loads(RESULTS.read_text()) if RESULTS.exists() and args.part != "all" else []

@@ -190,3 +190,12 @@ async def test_failed_registration_is_retried_while_the_agent_keeps_its_idle_tun
     assert await registry.register_failed() == []
     holder.cancel()
     await asyncio.gather(holder, return_exceptions=True)
+
+
+async def test_tunnels_with_equal_descriptors_share_one_method_set() -> None:
+    first, second = tunnel(1), tunnel(2)
+    assert first.methods is second.methods
+    assert first.supports(SERVICE, METHOD) and second.supports(SERVICE, METHOD)
+    other = tunnel(3, ((SERVICE, METHOD), ("gitlab.agent.graph.rpc.Graph", "Watch")))
+    assert other.methods is not first.methods and other.supports("gitlab.agent.graph.rpc.Graph", "Watch")
+    assert not first.supports("gitlab.agent.graph.rpc.Graph", "Watch")

@@ -16,12 +16,11 @@ closes the token's tunnels and configuration streams at once instead of after th
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
 import aiohttp
@@ -90,6 +89,38 @@ def token_key(prefix: str, token: str) -> bytes:
     return f"{prefix}:agent_info_errs:".encode() + token_digest(token)
 
 
+class _Held:
+    """The ``with`` block of :meth:`AgentAuthenticator.hold`.
+
+    A class, not a generator context manager: one lives as long as each agent stream (three per agent), and a
+    generator's frame cost kas about 1 KiB each at 10,000 agents (issue 9).
+    """
+
+    __slots__ = ("_auth", "_digest", "_task", "_tasks")
+
+    def __init__(self, auth: AgentAuthenticator, digest: bytes, task: asyncio.Task[Any]) -> None:
+        self._auth = auth
+        self._digest = digest
+        self._task = task
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def __enter__(self) -> None:
+        self._tasks = self._auth._held.setdefault(self._digest, set())
+        self._tasks.add(self._task)
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        auth, digest, task = self._auth, self._digest, self._task
+        self._tasks.discard(task)
+        if not self._tasks and auth._held.get(digest) is self._tasks:
+            del auth._held[digest]
+        # grpc.aio sends no status for a handler that ends cancelled, so the peer would hang until its deadline:
+        # a cancellation caused by the revocation becomes UNAUTHENTICATED instead.
+        cancelled = kind is not None and issubclass(kind, asyncio.CancelledError)
+        if cancelled and digest in auth._revoked and task.cancelling():
+            task.uncancel()
+            raise AuthError(grpc.StatusCode.UNAUTHENTICATED, _MESSAGES[401]) from None
+
+
 class AgentAuthenticator:
     """Resolves agent tokens to :class:`AgentInfo` through the hub, with caching.
 
@@ -147,9 +178,8 @@ class AgentAuthenticator:
             self._cache[digest] = info
         return info
 
-    @contextlib.contextmanager
-    def hold(self, metadata: MetadataIn | None) -> Iterator[None]:
-        """Register the running RPC (the current task) as opened with the metadata's token.
+    def hold(self, metadata: MetadataIn | None) -> _Held:
+        """Register the running RPC (the current task) as opened with the metadata's token, for a ``with`` block.
 
         Revoking the token ends the RPC with UNAUTHENTICATED (its task is cancelled, then answers). Use after
         :meth:`authenticate` succeeded, around the RPC's life.
@@ -162,21 +192,7 @@ class AgentAuthenticator:
             raise AuthError(grpc.StatusCode.UNAUTHENTICATED, _MESSAGES[401])
         task = asyncio.current_task()
         assert task is not None
-        held = self._held.setdefault(digest, set())
-        held.add(task)
-        try:
-            yield
-        except asyncio.CancelledError:
-            # grpc.aio sends no status for a handler that ends cancelled, so the peer would hang until its
-            # deadline: a cancellation caused by the revocation becomes UNAUTHENTICATED instead.
-            if digest in self._revoked and task.cancelling():
-                task.uncancel()
-                raise AuthError(grpc.StatusCode.UNAUTHENTICATED, _MESSAGES[401]) from None
-            raise
-        finally:
-            held.discard(task)
-            if not held and self._held.get(digest) is held:
-                del self._held[digest]
+        return _Held(self, digest, task)
 
     def revoke(self, digests: Iterable[bytes]) -> int:
         """Forget and refuse the tokens with these SHA-256 digests; cancel the RPCs opened with them.

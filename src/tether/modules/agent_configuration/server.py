@@ -172,8 +172,10 @@ class AgentConfigurationServicer(rpc_pb2_grpc.AgentConfigurationServicer):
             except (OSError, TimeoutError) as exc:
                 log.warning("hub unreachable: %r", exc, extra={"agent_id": agent.agent_id})
                 wait_s = backoff.next_delay()
+            # Awaited in this task (wait_for would wrap it in a task of its own for every agent, issue 9).
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), timeout=min(wait_s, max(ends_at - loop.time(), 0)))
+                async with asyncio.timeout(min(wait_s, max(ends_at - loop.time(), 0))):
+                    await self._stopping.wait()
 
 
 class AgentConfigurationServerFactory:

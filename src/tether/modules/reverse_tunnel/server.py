@@ -11,11 +11,9 @@ beyond either cap is refused with ``RESOURCE_EXHAUSTED`` naming the limit (issue
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -76,8 +74,8 @@ class ReverseTunnelServicer(rpc_pb2_grpc.ReverseTunnelServicer):
         except _TooManyTunnels as exc:
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
 
-    @contextlib.contextmanager
-    def _count(self, agent_id: int, peer: str) -> Iterator[None]:
+    def _take(self, agent_id: int, peer: str) -> None:
+        # A pair of calls, not a generator context manager: its frame would live as long as the tunnel.
         if self._per_connection[peer] >= self._max_per_connection:
             raise _TooManyTunnels(
                 f"this connection holds {self._per_connection[peer]} tunnels (of all its agents), the most kas "
@@ -90,12 +88,11 @@ class ReverseTunnelServicer(rpc_pb2_grpc.ReverseTunnelServicer):
             )
         self._per_agent[agent_id] += 1
         self._per_connection[peer] += 1
-        try:
-            yield
-        finally:
-            # In place: ``counter -= Counter(...)`` rebuilds the whole counter, O(agents) per closed tunnel.
-            _decrement(self._per_agent, agent_id)
-            _decrement(self._per_connection, peer)
+
+    def _release(self, agent_id: int, peer: str) -> None:
+        # In place: ``counter -= Counter(...)`` rebuilds the whole counter, O(agents) per closed tunnel.
+        _decrement(self._per_agent, agent_id)
+        _decrement(self._per_connection, peer)
 
     async def _serve(self, agent_id: int, context: ConnectContext) -> None:
         try:
@@ -115,12 +112,18 @@ class ReverseTunnelServicer(rpc_pb2_grpc.ReverseTunnelServicer):
         if not first.descriptor.agent_descriptor.services:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "descriptor advertises no services")
         tunnel = Tunnel(agent_id, first.descriptor.agent_descriptor, context, current_connection_id())
+        services = len(first.descriptor.agent_descriptor.services)
+        del first  # this frame lives as long as the tunnel: the parsed message would too
         age_s = self._max_age_s * random.uniform(0.95, 1.0)
         # Counted once the descriptor is read: a refusal then reaches agentk as its status, not as a failed write.
-        with self._count(agent_id, context.peer()):
-            log.debug("tunnel opened", extra={"services": len(first.descriptor.agent_descriptor.services)})
+        peer = context.peer()
+        self._take(agent_id, peer)
+        try:
+            log.debug("tunnel opened", extra={"services": services})
             status = await self._registry.handle_tunnel(tunnel, age_s)
             log.debug("tunnel closed", extra={"code": "OK" if status is None else status[0].name})
+        finally:
+            self._release(agent_id, peer)
         if status is not None and status[0] is not grpc.StatusCode.OK:
             await context.abort(status[0], status[1])
 

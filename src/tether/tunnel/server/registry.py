@@ -112,17 +112,22 @@ class TunnelRegistry:
         if self._stopped:
             return (grpc.StatusCode.UNAVAILABLE, "kas is shutting down")
         self._add(tunnel)
+        # A timer rather than wait_for: kas holds two idle tunnels per agent for hours, and wait_for's
+        # futures and callbacks per tunnel added up at 10,000 agents (issue 9).
+        timer = asyncio.get_running_loop().call_later(max_age_s, self._age_out, tunnel)
         try:
-            return await asyncio.wait_for(asyncio.shield(tunnel.finished), timeout=max_age_s)
-        except TimeoutError:
-            if tunnel.state is TunnelState.READY:
-                self._remove_idle(tunnel)
-                tunnel.retire()
-            return await tunnel.finished
+            return await asyncio.shield(tunnel.finished)
         finally:
+            timer.cancel()
             if tunnel.state is TunnelState.READY:  # cancelled while idle: agentk went away
                 self._remove_idle(tunnel)
                 tunnel.retire()
+
+    def _age_out(self, tunnel: Tunnel) -> None:
+        # An idle tunnel ends OK so agentk reconnects on a fresh connection; one forwarding is left to finish.
+        if tunnel.state is TunnelState.READY:
+            self._remove_idle(tunnel)
+            tunnel.retire()
 
     def _add(self, tunnel: Tunnel) -> None:
         tunnel.state = TunnelState.READY

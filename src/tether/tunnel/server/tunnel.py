@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
+import sys
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -66,8 +68,18 @@ class TunnelBroken(Exception):
 
 
 def descriptor_methods(descriptor: info_pb2.AgentDescriptor) -> frozenset[tuple[str, str]]:
-    """Return the (full service name, method name) pairs an agentk advertises."""
-    return frozenset((s.name, m.name) for s in descriptor.services for m in s.methods)
+    """Return the (full service name, method name) pairs an agentk advertises.
+
+    Equal descriptors give the same set object: every tunnel of an agent, and every agent of one version,
+    sends the same descriptor, and a set per tunnel cost kas a few KiB per tunnel (issue 9's memory per agent).
+    """
+    return _shared_methods(descriptor.SerializeToString(deterministic=True))
+
+
+@functools.lru_cache(maxsize=1024)  # bounded: an agent may send any descriptor
+def _shared_methods(serialized: bytes) -> frozenset[tuple[str, str]]:
+    descriptor = info_pb2.AgentDescriptor.FromString(serialized)
+    return frozenset((sys.intern(s.name), sys.intern(m.name)) for s in descriptor.services for m in s.methods)
 
 
 class Tunnel:
@@ -79,6 +91,8 @@ class Tunnel:
         context: the kas side of the ``Connect`` RPC; only this object reads or writes it.
         connection_id: agentk's connection id (its pod id) when it sent one, for log lines.
     """
+
+    __slots__ = ("_context", "agent_id", "connection_id", "finished", "methods", "state")  # thousands live at once
 
     def __init__(
         self,
