@@ -150,13 +150,8 @@ class AgentConfigurationServicer(rpc_pb2_grpc.AgentConfigurationServicer):
         while not self._stopping.is_set() and loop.time() < ends_at:
             wait_s = self._poll_s
             try:
-                doc = await self._client.get_agent_configuration(token)
+                last_commit = await self._send_if_changed(last_commit, agent, token, context)
                 backoff.reset()
-                if doc.commit_id != last_commit:
-                    config = agent_configuration(doc, agent, self._external_url)
-                    await context.write(rpc_pb2.ConfigurationResponse(configuration=config, commit_id=doc.commit_id))
-                    log.debug("sent agent configuration", extra={"commit_id": doc.commit_id})
-                    last_commit = doc.commit_id
             except GitlabClientError as exc:
                 if exc.status_code in _FATAL:
                     self._auth.forget(token)
@@ -176,6 +171,17 @@ class AgentConfigurationServicer(rpc_pb2_grpc.AgentConfigurationServicer):
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(min(wait_s, max(ends_at - loop.time(), 0))):
                     await self._stopping.wait()
+
+
+    async def _send_if_changed(self, last_commit: str, agent: AgentInfo, token: str, context: Any) -> str:
+        # Its own frame: the fetched document and the message built from it are dropped before the stream
+        # waits for the next poll, instead of living in the loop's frame for every connected agent.
+        doc = await self._client.get_agent_configuration(token)
+        if doc.commit_id != last_commit:
+            config = agent_configuration(doc, agent, self._external_url)
+            await context.write(rpc_pb2.ConfigurationResponse(configuration=config, commit_id=doc.commit_id))
+            log.debug("sent agent configuration", extra={"commit_id": doc.commit_id})
+        return doc.commit_id
 
 
 class AgentConfigurationServerFactory:
