@@ -172,7 +172,6 @@ class AgentConfigurationServicer(rpc_pb2_grpc.AgentConfigurationServicer):
                 async with asyncio.timeout(min(wait_s, max(ends_at - loop.time(), 0))):
                     await self._stopping.wait()
 
-
     async def _send_if_changed(self, last_commit: str, agent: AgentInfo, token: str, context: Any) -> str:
         # Its own frame: the fetched document and the message built from it are dropped before the stream
         # waits for the next poll, instead of living in the loop's frame for every connected agent.
