@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import ssl
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -48,6 +49,32 @@ class SafeServer(web.Server):
     def __call__(self) -> RequestHandler:
         """A protocol handler for one new connection."""
         return _SafeRequestHandler(self, loop=self._loop, **self._kwargs)
+
+
+#: Idle keep-alive connections of a relaying listener are closed after this many seconds (upstream's idle
+#: timeout, kas.md §5.1).
+RELAY_IDLE_TIMEOUT_S = 60.0
+
+
+def relay_server(handler: Any) -> SafeServer:
+    """A :class:`SafeServer` for a listener that relays requests through the tunnels (kas' proxies).
+
+    Args:
+        handler: ``async (request) -> response``.
+
+    Bodies are relayed as sent (no decompression); a client that goes away cancels its handler (and so its
+    routed call); request lines are bounded to 16 KiB and header fields to 64 KiB; no aiohttp access log (URLs
+    may carry sign-in codes).
+    """
+    return SafeServer(
+        handler,
+        handler_cancellation=True,
+        auto_decompress=False,
+        keepalive_timeout=RELAY_IDLE_TIMEOUT_S,
+        max_line_size=16 * 1024,
+        max_field_size=64 * 1024,
+        access_log=None,
+    )
 
 
 class SafeAppRunner(web.AppRunner):

@@ -114,17 +114,15 @@ class TunnelRegistry:
         self._add(tunnel)
         # A timer rather than wait_for: kas holds two idle tunnels per agent for hours, and wait_for's
         # futures and callbacks per tunnel added up at 10,000 agents (issue 9).
-        timer = asyncio.get_running_loop().call_later(max_age_s, self._age_out, tunnel)
+        # Aged out, an idle tunnel ends OK so agentk reconnects on a fresh connection; one forwarding finishes.
+        timer = asyncio.get_running_loop().call_later(max_age_s, self._retire_if_idle, tunnel)
         try:
             return await asyncio.shield(tunnel.finished)
         finally:
             timer.cancel()
-            if tunnel.state is TunnelState.READY:  # cancelled while idle: agentk went away
-                self._remove_idle(tunnel)
-                tunnel.retire()
+            self._retire_if_idle(tunnel)  # cancelled while idle: agentk went away
 
-    def _age_out(self, tunnel: Tunnel) -> None:
-        # An idle tunnel ends OK so agentk reconnects on a fresh connection; one forwarding is left to finish.
+    def _retire_if_idle(self, tunnel: Tunnel) -> None:
         if tunnel.state is TunnelState.READY:
             self._remove_idle(tunnel)
             tunnel.retire()

@@ -43,7 +43,7 @@ from tether.modules.kubernetes_api.server.status import ProxyError, status_respo
 from tether.pb.gitlab.agent.kubernetes_api.rpc import rpc_pb2
 from tether.tool.durations import parse_duration
 from tether.tool.grpc_meta import code_from_int
-from tether.tool.http_server import SafeServer, start_site
+from tether.tool.http_server import relay_server, start_site
 from tether.tool.logs import REQUEST_ID_METADATA, bind, new_request_id
 from tether.tool.rate_limit import RateLimiter, per_minute
 from tether.tool.status import http_code
@@ -52,9 +52,6 @@ from tether.tunnel.server.router import Router, RoutingError
 __all__ = ["GRAPH_PATH", "KubernetesApiProxy", "ProxyPathHandler"]
 
 log = logging.getLogger(__name__)
-
-#: Idle keep-alive connections are closed after this many seconds (upstream idle timeout, kas.md §5.1).
-IDLE_TIMEOUT_S = 60.0
 
 
 GRAPH_PATH = "/graph"
@@ -113,15 +110,7 @@ class KubernetesApiProxy:
         self._authorizer = authorizer
         self._external_url = external_url
         self._prefix = config.url_path_prefix
-        server = SafeServer(
-            self._handle,
-            handler_cancellation=True,  # a client that goes away cancels its routed call
-            auto_decompress=False,  # bodies are relayed as sent
-            keepalive_timeout=IDLE_TIMEOUT_S,
-            max_line_size=16 * 1024,
-            max_field_size=64 * 1024,
-            access_log=None,
-        )
+        server = relay_server(self._handle)
         self._runner = web.ServerRunner(server, shutdown_timeout=config.listen.shutdown_grace_period)
         # Routed calls of the watches in flight: ended cleanly when kas shuts down.
         self._watches: set[asyncio.Task[status_pb2.Status | None]] = set()

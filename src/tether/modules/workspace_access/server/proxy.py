@@ -32,7 +32,7 @@ from tether.modules.workspace_access.server.credentials import Credentials, Cred
 from tether.modules.workspace_access.server.forward import WorkspaceForwarder
 from tether.modules.workspace_access.server.pages import WorkspaceStatePage, error_response, wants_html
 from tether.modules.workspace_access.server.sign_in import SignIn
-from tether.tool.http_server import SafeServer, start_site
+from tether.tool.http_server import relay_server, start_site
 from tether.tool.logs import REQUEST_ID_METADATA, bind, new_request_id
 from tether.tool.rate_limit import RateLimiter, per_minute
 from tether.tunnel.server.router import Router
@@ -46,8 +46,6 @@ REQUESTS = Counter(
     "Requests to workspace addresses by how kas answered them",
     ["outcome"],
 )
-#: Idle keep-alive connections are closed after this many seconds.
-IDLE_TIMEOUT_S = 60.0
 _RUNNING = "Running"
 _BEARER_HINT = (
     "send 'Authorization: Bearer <personal access token with scope api or read_api>', or sign in with a browser"
@@ -91,15 +89,7 @@ class WorkspaceProxy:
         self._forwarder = WorkspaceForwarder(router, tracker, config.agent_timeout, config.response_header_timeout)
         self._limiter = limiter if config.failed_auth_per_source_per_minute > 0 else None
         self._failure_limit = per_minute(max(config.failed_auth_per_source_per_minute, 1))
-        server = SafeServer(
-            self._handle,
-            handler_cancellation=True,  # a client that goes away cancels its routed call
-            auto_decompress=False,  # bodies are relayed as sent
-            keepalive_timeout=IDLE_TIMEOUT_S,
-            max_line_size=16 * 1024,
-            max_field_size=64 * 1024,
-            access_log=None,  # URLs may carry the sign-in code
-        )
+        server = relay_server(self._handle)
         self._runner = web.ServerRunner(server, shutdown_timeout=config.listen.shutdown_grace_period)
 
     async def start(self) -> int:
