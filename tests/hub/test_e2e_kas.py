@@ -71,7 +71,7 @@ def test_agent_registered_through_rest_connects_and_revocation_refuses_it(
         assert (live[0]["pod_name"], live[0]["pod_namespace"]) == (agentk.name, "tether-system")
         assert live[0]["agent_version"] and live[0]["connected_at"]
         assert hub.api().get(agent_api).json()["connections_error"] is None
-        assert gl.http_get(f"{tokens}/{created['id']}")["last_used_at"] is not None
+        poll_sync(lambda: gl.http_get(f"{tokens}/{created['id']}")["last_used_at"], "the token's last_used_at")
 
         target = kas.agent_address.removeprefix("grpc://")
         assert configuration_status(target, token) == grpc.StatusCode.OK

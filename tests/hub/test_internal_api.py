@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 
 from tests.fixtures.hub import RealHub
 from tests.hub.helpers import Setup, kas_config, project_with_agent
+from tests.support.polling import poll_sync
 from tether.tool.jwt_auth import AUDIENCE_GITLAB, AUDIENCE_KAS, ISSUER_GITLAB, ISSUER_KAS, mint
 
 
@@ -55,6 +57,11 @@ def bad_jwts(hub: RealHub) -> dict[str, dict[str, str]]:
     }
 
 
+
+def token_used(hub: RealHub) -> Any:
+    """A check that the (only) agent token's ``last_used_at`` is set."""
+    return lambda: hub.db.rows("SELECT last_used_at FROM cluster_agent_tokens")[0]["last_used_at"] is not None
+
 def test_every_internal_call_needs_the_kas_jwt(hub: RealHub, setup: Setup) -> None:
     token = agent_token(hub, setup)["token"]
     agent = {"Authorization": f"Bearer {token}"}
@@ -74,7 +81,7 @@ def test_every_internal_call_needs_the_kas_jwt(hub: RealHub, setup: Setup) -> No
     ok = internal(hub)
     assert ok.get("agent_info", headers=agent).status_code == 200
     assert ok.get("no_such_endpoint").status_code == 404
-    assert hub.db.rows("SELECT last_used_at FROM cluster_agent_tokens")[0]["last_used_at"] is not None
+    poll_sync(token_used(hub), "the token's last_used_at")
 
 
 def test_agent_info_for_valid_unknown_and_revoked_tokens(hub: RealHub, setup: Setup) -> None:
@@ -103,7 +110,7 @@ def test_agent_info_for_valid_unknown_and_revoked_tokens(hub: RealHub, setup: Se
     ):
         response = client.get("agent_info", headers=headers)
         assert response.status_code == 200 and response.json() == expected
-    assert hub.db.rows("SELECT last_used_at FROM cluster_agent_tokens")[0]["last_used_at"] is not None
+    poll_sync(token_used(hub), "the token's last_used_at")  # written in batches, about a second later
     shown = hub.api().get(f"/projects/{setup.project_id}/cluster_agents/{setup.agent_id}/tokens/{created['id']}")
     assert shown.json()["last_used_at"] is not None
 
@@ -214,3 +221,29 @@ def test_authorize_proxy_user_access_as_user_with_groups(hub: RealHub, setup: Se
     token_id = max(t["id"] for t in hub.api().get("/personal_access_tokens", params={"user_id": user_id}).json())
     assert hub.api().delete(f"/personal_access_tokens/{token_id}").status_code == 204
     assert _authorize(hub, setup, carol).status_code == 401
+
+
+def test_agent_lookups_only_read_and_note_uses_in_one_later_write(hub: RealHub, setup: Setup) -> None:
+    """kas asks for every agent connection (10,000 at once after a restart, issue 9): ``agent_info`` and
+    ``agent_configuration`` answer while another writer holds SQLite's write lock, and every token's use is
+    written once the lock is free."""
+    if not hub.config.database_url.startswith("sqlite"):
+        pytest.skip("SQLite's database-wide write lock; PostgreSQL readers never wait for writers")
+    created = [agent_token(hub, setup, name=f"t{i}") for i in range(3)]
+    client = internal(hub)
+    client.timeout = httpx.Timeout(5.0)
+    writer = sqlite3.connect(hub.config.database_url.split("///", 1)[1], isolation_level=None)
+    try:
+        writer.execute("BEGIN IMMEDIATE")  # the hub's writers would now wait up to its 30 s busy timeout
+        for token in created:
+            headers = {"Authorization": f"Bearer {token['token']}"}
+            assert client.get("agent_info", headers=headers).status_code == 200
+            configuration = client.get("agent_configuration", headers=headers)
+            assert configuration.status_code == 200 and configuration.json()["project_path"] == "platform/clusters"
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    poll_sync(
+        lambda: all(row["last_used_at"] for row in hub.db.rows("SELECT last_used_at FROM cluster_agent_tokens")),
+        "every token's last_used_at",
+    )

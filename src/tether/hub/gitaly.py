@@ -44,13 +44,18 @@ _CONFIG_PATH = re.compile(r"^\.gitlab/agents/([a-z0-9](?:[-a-z0-9]*[a-z0-9])?)/c
 _GL_REPOSITORY = re.compile(r"^project-([1-9][0-9]{0,18})$")
 
 
-def repository_for(project: Project) -> dict[str, str]:
-    """The ``gitaly_repository`` JSON ``agent_info`` sends for ``project`` (what this service understands)."""
+def repository_for(project_id: int, full_path: str) -> dict[str, str]:
+    """The ``gitaly_repository`` JSON ``agent_info`` sends for a project (what this service understands).
+
+    Args:
+        project_id: the project's id.
+        full_path: its path, ``group/project``.
+    """
     return {
         "storage_name": STORAGE_NAME,
-        "relative_path": f"{project.full_path}.git",
-        "gl_repository": f"project-{project.id}",
-        "gl_project_path": project.full_path,
+        "relative_path": f"{full_path}.git",
+        "gl_repository": f"project-{project_id}",
+        "gl_project_path": full_path,
     }
 
 

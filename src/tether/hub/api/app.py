@@ -43,6 +43,7 @@ from tether.hub.db.migrate import ensure_current
 from tether.hub.gitaly import GitalyServer
 from tether.hub.kas_client import KasApiClient
 from tether.hub.secrets_file import gitaly_token
+from tether.hub.service.token_use import TokenUseWriter
 from tether.hub.workspaces.graphql import router as graphql_router
 from tether.tool.secrets import load_base64_secret
 
@@ -76,6 +77,7 @@ def create_app(config: HubConfig, gitlab_secret: bytes) -> FastAPI:
         db = Database(config.database_url)
         kas = None
         gitaly = None
+        token_uses = TokenUseWriter(db)
         try:
             await ensure_current(db.engine, config.database.auto_migrate)
             kas = _kas_client(config)
@@ -90,11 +92,13 @@ def create_app(config: HubConfig, gitlab_secret: bytes) -> FastAPI:
                 gitlab_secret=gitlab_secret,
                 kas=kas,
                 throttle=FailedAuthThrottle(config.security.failed_auth_per_source_per_minute),
+                token_uses=token_uses,
                 gitaly_token=token,
             )
             log.info("hub ready on %s (database: %s)", config.listen, db.backend)
             yield
         finally:
+            await token_uses.close()
             if gitaly is not None:
                 await gitaly.stop()
             if kas is not None:

@@ -16,7 +16,7 @@ from tether.hub.api.schemas_in import AuthorizeProxyUser, AuthorizeWorkspaceUser
 from tether.hub.api.state import hub_state
 from tether.hub.errors import NotFound, Unauthorized
 from tether.hub.gitaly import repository_for
-from tether.hub.service import agents, internal
+from tether.hub.service import internal
 from tether.hub.workspaces import access as workspace_access
 
 AGENT_TOKEN_HEADER = "Gitlab-Agent-Api-Request"
@@ -71,14 +71,13 @@ async def agent_info(request: Request, token: AgentToken) -> dict[str, Any]:
     hub's Gitaly-compatible configuration service and the project as that service knows it (docs/interop.md).
     """
     state = hub_state(request)
-    async with state.db.transaction() as session:
-        owner = await internal.agent_for_token(session, token)
+    owner = await internal.agent_for_token(state.db, state.token_uses, token)
     return {
         "project_id": owner.project.id,
         "agent_id": owner.agent.id,
         "agent_name": owner.agent.name,
         "gitaly_info": {"address": state.config.gitaly_address, "token": state.gitaly_token, "features": {}},
-        "gitaly_repository": repository_for(owner.project),
+        "gitaly_repository": repository_for(owner.project.id, owner.project.full_path),
         "default_branch": owner.project.default_branch,
     }
 
@@ -86,14 +85,9 @@ async def agent_info(request: Request, token: AgentToken) -> dict[str, Any]:
 @router.get("/kubernetes/agent_configuration", summary="The agent's configuration file (Tether)")
 async def agent_configuration(request: Request, token: AgentToken) -> dict[str, Any]:
     """``{"commit_id", "configuration", "project_path"}``; ``commit_id`` changes whenever the configuration does."""
-    async with hub_state(request).db.transaction() as session:
-        owner = await internal.agent_for_token(session, token)
-        view = await agents.get_configuration(session, owner.agent)
-    return {
-        "commit_id": view.commit_id,
-        "configuration": view.row.document if view.row is not None else {},
-        "project_path": owner.project.full_path,
-    }
+    state = hub_state(request)
+    doc = await internal.configuration_for_token(state.db, state.token_uses, token)
+    return {"commit_id": doc.commit_id, "configuration": doc.document, "project_path": doc.project_path}
 
 
 @router.post("/kubernetes/authorize_proxy_user", summary="May this user reach the cluster through this agent?")

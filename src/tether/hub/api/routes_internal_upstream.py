@@ -95,15 +95,16 @@ async def post_agent_configuration(request: Request, body: PostedAgentConfigurat
 
 
 async def _reachable_project(request: Request, token: str, project_ref: str) -> Project:
-    async with hub_state(request).db.transaction() as session:
-        owner = await internal.agent_for_token(session, token)
+    state = hub_state(request)
+    owner = await internal.agent_for_token(state.db, state.token_uses, token)
+    async with state.db.transaction() as session:
         project = await find_project(session, project_ref)
     if not _same_root(owner.project, project):
         raise NotFound("Project")
     return project
 
 
-def _same_root(own: Project, other: Project) -> bool:
+def _same_root(own: internal.ProjectRef, other: Project) -> bool:
     return own.id == other.id or own.full_path.split("/", 1)[0] == other.full_path.split("/", 1)[0]
 
 
@@ -118,7 +119,7 @@ async def project_info(request: Request, token: AgentToken, project_ref: Project
     return {
         "project_id": project.id,
         "gitaly_info": {"address": state.config.gitaly_address, "token": state.gitaly_token, "features": {}},
-        "gitaly_repository": repository_for(project),
+        "gitaly_repository": repository_for(project.id, project.full_path),
         "default_branch": project.default_branch,
     }
 

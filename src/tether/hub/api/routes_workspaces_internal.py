@@ -41,8 +41,7 @@ def _bad(message: str, status: int = 400) -> JSONResponse:
 async def reconcile_route(request: Request, token: AgentToken) -> Any:
     """Persist the actual state agentk reports and answer with what it must apply (reference §1.3-§1.5)."""
     state = hub_state(request)
-    async with state.db.transaction() as session:
-        owner = await internal.agent_for_token(session, token)
+    owner = await internal.agent_for_token(state.db, state.token_uses, token)
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
         return _bad(f"{ERROR_PREFIX}body larger than {MAX_BODY_BYTES} bytes", 413)

@@ -10,6 +10,7 @@ from tether.hub.api.throttle import FailedAuthThrottle
 from tether.hub.config import HubConfig
 from tether.hub.db.engine import Database
 from tether.hub.kas_client import KasApiClient
+from tether.hub.service.token_use import TokenUseWriter
 
 
 @dataclass
@@ -23,6 +24,7 @@ class HubState:
         kas: the client of kas' api listener, or None when ``kas.api_address`` is not configured.
         gitaly_token: the token of the Gitaly-compatible service, sent to kas in ``agent_info``.
         throttle: failed authentications per client address.
+        token_uses: agent tokens' ``last_used_at``, written in batches.
     """
 
     config: HubConfig
@@ -30,6 +32,7 @@ class HubState:
     gitlab_secret: bytes
     kas: KasApiClient | None
     throttle: FailedAuthThrottle
+    token_uses: TokenUseWriter
     gitaly_token: str = ""
 
 

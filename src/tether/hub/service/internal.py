@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import Connection, bindparam, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from tether.hub import tokens
 from tether.hub.db.agents import TOKEN_ACTIVE, AgentConfiguration, ClusterAgent, ClusterAgentToken
+from tether.hub.db.engine import Database
 from tether.hub.db.namespaces import KIND_GROUP, Namespace, Project
 from tether.hub.db.types import utcnow
 from tether.hub.db.users import User
@@ -23,13 +24,32 @@ from tether.hub.errors import Forbidden, NotFound, Unauthorized
 from tether.hub.roles import Role
 from tether.hub.service import sessions, users
 from tether.hub.service.access import inherited_group_level, user_project_level
+from tether.hub.service.agents import commit_id
 from tether.hub.service.principal import SCOPE_K8S_PROXY
+from tether.hub.service.token_use import TokenUseWriter
 
 log = logging.getLogger(__name__)
 #: ``last_used_at`` of an agent token is written at most this often (kas asks on every connection).
 LAST_USED_UPDATE_INTERVAL = timedelta(minutes=1)
 ACCESS_PAT = "personal_access_token"
 ACCESS_SESSION_COOKIE = "session_cookie"
+
+
+@dataclass(frozen=True)
+class AgentRef:
+    """An agent as the internal API reports it: ``id`` and ``name``."""
+
+    id: int
+    name: str
+
+
+@dataclass(frozen=True)
+class ProjectRef:
+    """An agent's configuration project: ``id``, ``full_path`` (``group/project``) and ``default_branch``."""
+
+    id: int
+    full_path: str
+    default_branch: str
 
 
 @dataclass(frozen=True)
@@ -41,35 +61,106 @@ class AgentTokenOwner:
         project: its configuration project.
     """
 
-    agent: ClusterAgent
-    project: Project
+    agent: AgentRef
+    project: ProjectRef
 
 
-async def agent_for_token(session: AsyncSession, plain: str) -> AgentTokenOwner:
-    """Resolve an agent token and note its use in ``last_used_at`` (at most once a minute).
+@dataclass(frozen=True)
+class AgentConfigurationDoc:
+    """What ``agent_configuration`` answers.
+
+    Attributes:
+        commit_id: changes whenever the configuration does.
+        document: the stored ``ConfigurationFile`` JSON (``{}`` when never set).
+        project_path: the agent's project, ``group/project``.
+    """
+
+    commit_id: str
+    document: dict[str, Any]
+    project_path: str
+
+
+@dataclass(frozen=True)
+class _TokenRow:
+    token_id: int
+    last_used_at: datetime | None
+    owner: AgentTokenOwner
+
+
+_OWNER_QUERY = (
+    select(
+        ClusterAgentToken.id,
+        ClusterAgentToken.last_used_at,
+        ClusterAgent.id,
+        ClusterAgent.name,
+        Project.id,
+        Project.full_path,
+        Project.default_branch,
+    )
+    .join(ClusterAgent, ClusterAgent.id == ClusterAgentToken.agent_id)
+    .join(Project, Project.id == ClusterAgent.project_id)
+    .where(ClusterAgentToken.token_digest == bindparam("digest"), ClusterAgentToken.status == TOKEN_ACTIVE)
+)
+_CONFIGURATION_QUERY = select(AgentConfiguration.version, AgentConfiguration.document).where(
+    AgentConfiguration.agent_id == bindparam("agent_id")
+)
+
+
+def _token_row(connection: Connection, digest: str) -> _TokenRow | None:
+    found = connection.execute(_OWNER_QUERY, {"digest": digest}).first()
+    if found is None:
+        return None
+    token_id, last_used_at, agent_id, name, project_id, full_path, default_branch = found
+    owner = AgentTokenOwner(AgentRef(agent_id, name), ProjectRef(project_id, full_path, default_branch))
+    return _TokenRow(token_id, last_used_at, owner)
+
+
+async def agent_for_token(db: Database, uses: TokenUseWriter, plain: str) -> AgentTokenOwner:
+    """Resolve an agent token and note its use in ``last_used_at`` (at most once a minute, written in batches).
+
+    A read only: kas asks on every agent connection, 10,000 agents at once after a kas restart (issue 9).
 
     Raises:
         Unauthorized: empty, unknown or revoked token.
     """
+    owner, _ = await _resolve(db, uses, plain, with_configuration=False)
+    return owner
+
+
+async def configuration_for_token(db: Database, uses: TokenUseWriter, plain: str) -> AgentConfigurationDoc:
+    """The configuration of the agent ``plain`` belongs to, read with the token in one transaction.
+
+    Raises:
+        Unauthorized: empty, unknown or revoked token.
+    """
+    owner, stored = await _resolve(db, uses, plain, with_configuration=True)
+    version, document = stored if stored is not None else (0, {})
+    return AgentConfigurationDoc(commit_id(owner.agent.id, version), document, owner.project.full_path)
+
+
+async def _resolve(
+    db: Database, uses: TokenUseWriter, plain: str, *, with_configuration: bool
+) -> tuple[AgentTokenOwner, tuple[int, dict[str, Any]] | None]:
     if not plain:
         raise Unauthorized()
-    # One statement: each agent's first connection costs the hub this lookup, and 10,000 agents reconnect
-    # together after a kas restart (issue 9).
-    found = (
-        await session.execute(
-            select(ClusterAgentToken, ClusterAgent, Project)
-            .join(ClusterAgent, ClusterAgent.id == ClusterAgentToken.agent_id)
-            .join(Project, Project.id == ClusterAgent.project_id)
-            .where(ClusterAgentToken.token_digest == tokens.digest(plain))
-        )
-    ).first()
-    if found is None or found[0].status != TOKEN_ACTIVE:
+    digest = tokens.digest(plain)
+
+    def read(connection: Connection) -> tuple[_TokenRow | None, tuple[int, dict[str, Any]] | None]:
+        row = _token_row(connection, digest)
+        if row is None or not with_configuration:
+            return row, None
+        stored = connection.execute(_CONFIGURATION_QUERY, {"agent_id": row.owner.agent.id}).first()
+        return row, (stored[0], stored[1]) if stored is not None else None
+
+    row, stored = await db.read(read)
+    if row is None:
         raise Unauthorized()
-    row, agent, project = found
     now = utcnow()
-    if row.last_used_at is None or now - row.last_used_at > LAST_USED_UPDATE_INTERVAL:
-        row.last_used_at = now
-    return AgentTokenOwner(agent=agent, project=project)
+    if (row.last_used_at is None or now - row.last_used_at > LAST_USED_UPDATE_INTERVAL) and not uses.pending(
+        row.token_id
+    ):
+        uses.note(row.token_id, now)
+    return row.owner, stored
 
 
 @dataclass(frozen=True)
