@@ -57,10 +57,10 @@ def bad_jwts(hub: RealHub) -> dict[str, dict[str, str]]:
     }
 
 
-
 def token_used(hub: RealHub) -> Any:
     """A check that the (only) agent token's ``last_used_at`` is set."""
     return lambda: hub.db.rows("SELECT last_used_at FROM cluster_agent_tokens")[0]["last_used_at"] is not None
+
 
 def test_every_internal_call_needs_the_kas_jwt(hub: RealHub, setup: Setup) -> None:
     token = agent_token(hub, setup)["token"]
