@@ -13,6 +13,7 @@ import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -26,7 +27,7 @@ from tether.pb.gitlab.agent.agent_tracker.agent_tracker_pb2 import ConnectedAgen
 from tether.pb.gitlab.agent.kas.instance_pb2 import KasInstanceInfo
 from tether.tool.backoff import Backoff
 from tether.tool.events import EventBus
-from tether.tool.expiring_hash import REFRESH_BATCH_KEYS, ExpiringHash
+from tether.tool.expiring_hash import REFRESH_BATCH_KEYS, WRITE_BATCH_ITEMS, ExpiringHash
 from tether.tool.redis_backend import RedisBackend
 from tether.tool.supervisor import supervise
 from tether.tunnel.server.kas_pool import KasPool
@@ -69,6 +70,52 @@ async def test_failed_registration_leaves_no_ghost() -> None:
         assert await state.refresh() == 0
     finally:
         await dead.close()
+
+
+async def test_registrations_in_a_storm_share_transactions(backend: RedisBackend) -> None:
+    """Registrations made while a write is in flight go out together (group commit), each one whole, in bounded
+    transactions: 10,000 agents connecting must not queue one Redis round trip each behind the lock (issue 9)."""
+    state: ExpiringHash[int] = ExpiringHash(backend, 60, lambda key: f"{PREFIX}:g:{key}".encode())
+    sizes: list[int] = []
+    write = backend.set_fields
+
+    async def counting(writes: Any, ttl_s: float) -> None:
+        sizes.append(sum(len(fields) for _, fields in writes))
+        await write(writes, ttl_s)
+
+    backend.set_fields = counting  # type: ignore[method-assign]
+    await asyncio.gather(*(state.set_many([(n, "a", b"%d" % n), (n, "b", b"x")]) for n in range(1_000)))
+    assert len(sizes) < 1_000 / 10 and max(sizes) <= WRITE_BATCH_ITEMS and sum(sizes) == 2_000
+    assert state.owned_count() == 2_000
+    for n in (0, 499, 999):
+        assert await state.scan(n) == {"a": b"%d" % n, "b": b"x"}
+
+
+async def test_a_cancelled_registration_is_given_up_and_a_failed_batch_fails_every_caller() -> None:
+    dead = RedisBackend.from_url(f"redis://127.0.0.1:{free_port()}/0", dial_timeout_s=0.2, pool_timeout_s=0.2)
+    try:
+        state: ExpiringHash[int] = ExpiringHash(dead, 60, lambda key: b"k%d" % key)
+        calls = [asyncio.create_task(state.set(n, "f", b"v")) for n in range(20)]
+        await asyncio.sleep(0)
+        calls[5].cancel()
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        assert isinstance(results[5], asyncio.CancelledError)
+        assert all(isinstance(result, Exception) for n, result in enumerate(results) if n != 5)
+        assert state.owned_count() == 0
+    finally:
+        await dead.close()
+
+
+async def test_a_caller_cancelled_during_its_write_does_not_keep_the_registration(backend: RedisBackend) -> None:
+    state: ExpiringHash[int] = ExpiringHash(backend, 60, lambda key: f"{PREFIX}:c:{key}".encode())
+    first = asyncio.create_task(state.set(1, "f", b"v"))
+    second = asyncio.create_task(state.set(2, "f", b"v"))
+    await asyncio.sleep(0)  # both queued; the write of the first is under way
+    first.cancel()
+    await second
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert state.owned_keys() == [2]  # the cancelled one is not refreshed: it expires by itself
 
 
 async def test_unregistration_is_one_transaction(backend: RedisBackend, raw: aioredis.Redis) -> None:
