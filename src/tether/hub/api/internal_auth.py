@@ -30,6 +30,14 @@ def check_kas_jwt(token: str | None, secret: bytes) -> str | None:
     return None
 
 
+_CHECKED = "tether.kas_jwt_checked"
+
+
+def kas_jwt_checked(scope: Scope) -> bool:
+    """Whether :class:`KasJwtMiddleware` accepted this request's kas JWT."""
+    return bool(scope.get("state", {}).get(_CHECKED))
+
+
 class KasJwtMiddleware:
     """ASGI middleware: 401 ``{"message": ...}`` for internal calls without a valid kas JWT."""
 
@@ -55,4 +63,5 @@ class KasJwtMiddleware:
                 )
                 await send({"type": "http.response.body", "body": body})
                 return
+            scope.setdefault("state", {})[_CHECKED] = True
         await self._app(scope, receive, send)

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Request
 
-from tether.hub.api.internal_auth import JWT_HEADER, check_kas_jwt
+from tether.hub.api.internal_auth import JWT_HEADER, check_kas_jwt, kas_jwt_checked
 from tether.hub.api.schemas_in import AuthorizeProxyUser, AuthorizeWorkspaceUser
 from tether.hub.api.state import hub_state
 from tether.hub.errors import NotFound, Unauthorized
@@ -28,20 +28,23 @@ async def require_kas_jwt(
         str | None, Header(alias=JWT_HEADER, description="HS256 JWT, iss=gitlab-kas, aud=gitlab (raw, no Bearer).")
     ] = None,
 ) -> None:
-    """Check the kas JWT of an internal call.
+    """Check the kas JWT of an internal call, unless the middleware already did.
 
-    :class:`~tether.hub.api.internal_auth.KasJwtMiddleware` already did, before the body was read; this
-    dependency documents the header in the OpenAPI document.
+    :class:`~tether.hub.api.internal_auth.KasJwtMiddleware` checks it before the body is read and marks the
+    request; this dependency documents the header in the OpenAPI document and checks it on any route the
+    middleware did not cover.
 
     Raises:
         Unauthorized: missing header, bad signature, expired, wrong issuer or audience.
     """
+    if kas_jwt_checked(request.scope):
+        return
     problem = check_kas_jwt(jwt, hub_state(request).gitlab_secret)
     if problem is not None:
         raise Unauthorized(f"401 Unauthorized - {problem}")
 
 
-def agent_token(
+async def agent_token(  # async: FastAPI runs a plain def dependency in a thread pool, a hop per call
     authorization: Annotated[str | None, Header(description="Bearer <agent token>")] = None,
     agent_header: Annotated[str | None, Header(alias=AGENT_TOKEN_HEADER, description="<agent token>")] = None,
 ) -> str:
