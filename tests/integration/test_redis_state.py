@@ -118,6 +118,37 @@ async def test_a_caller_cancelled_during_its_write_does_not_keep_the_registratio
     assert state.owned_keys() == [2]  # the cancelled one is not refreshed: it expires by itself
 
 
+async def test_publications_in_a_storm_share_round_trips_and_keep_their_order(backend: RedisBackend) -> None:
+    """Every agent that connects announces itself: 1,000 events published at once arrive whole and in order,
+    sent in a few pipelines instead of a round trip each (issue 9)."""
+    client = backend.client
+    pipelines = 0
+    make_pipeline = client.pipeline
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        nonlocal pipelines
+        pipelines += 1
+        return make_pipeline(*args, **kwargs)
+
+    subscribed = asyncio.Event()
+    received: list[bytes] = []
+
+    async def listen() -> None:
+        async for payload in backend.subscribe(f"{PREFIX}:storm", subscribed.set):
+            received.append(payload)
+            if len(received) == 1_000:
+                return
+
+    listener = asyncio.create_task(listen())
+    async with asyncio.timeout(10):
+        await subscribed.wait()
+        client.pipeline = counting  # type: ignore[method-assign]
+        await asyncio.gather(*(backend.publish(f"{PREFIX}:storm", b"%d" % n) for n in range(1_000)))
+        await listener
+    assert received == [b"%d" % n for n in range(1_000)]
+    assert pipelines < 1_000 / 10
+
+
 async def test_unregistration_is_one_transaction(backend: RedisBackend, raw: aioredis.Redis) -> None:
     tracker = AgentTracker(backend, EventBus(backend, PREFIX), PREFIX, 60, 50, 600)
     info = connection(41, 4101)

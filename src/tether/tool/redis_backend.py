@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, cast
 
@@ -56,6 +58,10 @@ async def _hscan_all(client: aioredis.Redis | Pipeline, key: bytes) -> dict[str,
             return fields
 
 
+#: Most ``PUBLISH`` commands sent in one pipeline by :meth:`RedisBackend.publish`.
+PUBLISH_BATCH = 500
+
+
 class RedisBackend:
     """Expiring-hash storage and pub/sub in Redis.
 
@@ -70,6 +76,8 @@ class RedisBackend:
         self._client = client
         self._gc_before_exec = gc_before_exec
         self._closed = False
+        self._to_publish: deque[tuple[str, bytes, asyncio.Future[None]]] = deque()
+        self._publisher: asyncio.Task[None] | None = None
 
     @classmethod
     def from_url(
@@ -183,8 +191,43 @@ class RedisBackend:
         return int(await self._client.hlen(key))
 
     async def publish(self, channel: str, payload: bytes) -> None:
-        """``PUBLISH channel payload``."""
-        await self._client.publish(channel, payload)
+        """``PUBLISH channel payload``; publications made while others are on the wire share the next round trip.
+
+        One pipeline (not a transaction) of at most :data:`PUBLISH_BATCH` commands, in call order: when 10,000
+        agents connect, each announcing itself, kas then pays a round trip per batch, not per event (issue 9).
+        A caller cancelled after its payload went out does not take it back (events are fire-and-forget).
+        """
+        done = asyncio.get_running_loop().create_future()
+        self._to_publish.append((channel, payload, done))
+        if self._publisher is None:
+            # A context of its own: its log lines are not the first caller's (agent_id, connection_id).
+            self._publisher = asyncio.create_task(self._publish_queued(), context=contextvars.Context())
+        await done
+
+    async def _publish_queued(self) -> None:
+        try:
+            while self._to_publish:
+                batch = [self._to_publish.popleft() for _ in range(min(PUBLISH_BATCH, len(self._to_publish)))]
+                batch = [item for item in batch if not item[2].done()]  # cancelled while waiting
+                if not batch:
+                    continue
+                try:
+                    async with self._client.pipeline(transaction=False) as pipe:
+                        for channel, payload, _ in batch:
+                            pipe.publish(channel, payload)
+                        await pipe.execute()
+                except Exception as exc:
+                    for _, _, done in batch:
+                        if not done.done():
+                            done.set_exception(exc)
+                    continue
+                for _, _, done in batch:
+                    if not done.done():
+                        done.set_result(None)
+        finally:
+            self._publisher = None
+            while self._to_publish:  # only when this task was cancelled
+                self._to_publish.popleft()[2].cancel()
 
     async def subscribe(self, channel: str, on_subscribed: Callable[[], None] | None = None) -> AsyncIterator[bytes]:
         """``SUBSCRIBE channel`` on a dedicated connection and yield message payloads.
