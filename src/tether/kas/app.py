@@ -44,7 +44,7 @@ from tether.tool.expiring_hash import HashBackend
 from tether.tool.grpc_stream import BOUNDED_WINDOW_OPTIONS, PENDING_RPC_OPTIONS
 from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_GITLAB, ISSUER_KAS, JwtServerInterceptor, JwtVerifier
 from tether.tool.logs import set_process_fields
-from tether.tool.memory import freeze_startup_heap
+from tether.tool.memory import freeze_startup_heap, space_full_collections
 from tether.tool.memory_backend import MemoryBackend
 from tether.tool.rate_limit import RateLimiter
 from tether.tool.secrets import SecretError, load_base64_secret
@@ -358,6 +358,7 @@ class KasApp:
             await self.instances.register(self.instance_info)
         self._listening = True
         freeze_startup_heap()
+        space_full_collections()
         log.info("kas started", extra={"kas_url": self.own_url, "ports": self.ports})
 
     async def _rebuild_after_reconnect(self) -> None:

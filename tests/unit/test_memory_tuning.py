@@ -1,0 +1,17 @@
+"""kas spaces out full collections and leaves young ones alone (issue 9: the collector's share of a connection storm)."""
+
+from __future__ import annotations
+
+import gc
+
+from tether.tool.memory import FULL_COLLECTION_SPACING, space_full_collections
+
+
+def test_full_collections_are_spaced_and_young_ones_unchanged() -> None:
+    before = gc.get_threshold()
+    try:
+        space_full_collections()
+        assert gc.get_threshold() == (before[0], before[1], FULL_COLLECTION_SPACING)
+        assert FULL_COLLECTION_SPACING > before[2]
+    finally:
+        gc.set_threshold(*before)
