@@ -119,8 +119,22 @@ async def test_disconnected_agent_drops_idle_tunnel_at_once() -> None:
 async def test_max_age_retires_an_idle_tunnel_with_ok() -> None:
     registry = TunnelRegistry(None)
     t = tunnel(6)
-    assert await asyncio.wait_for(registry.handle_tunnel(t, max_age_s=0.05), 1) is None
+    assert await asyncio.wait_for(registry.handle_tunnel(t, max_age_s=0.05), 3) is None
     assert registry.idle_count() == 0 and t.state is TunnelState.DONE
+
+
+async def test_tunnels_due_together_age_out_together_and_a_gone_one_is_forgotten() -> None:
+    """Tunnels due in the same second share one timer (issue 9: a timer per idle tunnel cost memory at 10,000
+    agents); every idle one still ends OK, and one whose agent left first is not retired again."""
+    registry = TunnelRegistry(None)
+    tunnels = [tunnel(100 + n) for n in range(50)]
+    holders = [asyncio.create_task(registry.handle_tunnel(t, max_age_s=0.05)) for t in tunnels]
+    await settle()
+    holders[0].cancel()  # agentk went away
+    results = await asyncio.wait_for(asyncio.gather(*holders, return_exceptions=True), 3)
+    assert isinstance(results[0], asyncio.CancelledError)
+    assert results[1:] == [None] * 49
+    assert registry.idle_count() == 0 and all(t.state is TunnelState.DONE for t in tunnels)
 
 
 async def test_stop_fails_waiters_and_retires_idle_tunnels() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -95,6 +96,8 @@ class TunnelRegistry:
         #: Agents with tunnels here whose tracker registration failed (Redis away); :meth:`register_failed` retries.
         self._unadvertised: set[int] = set()
         self._unregister_timers: dict[int, asyncio.TimerHandle] = {}
+        #: Tunnels to retire when idle at the loop time (whole seconds) they are keyed by.
+        self._aging: dict[int, set[Tunnel]] = {}
         self._background: set[asyncio.Task[None]] = set()
         self._stopped = False
         #: Called with (agent_id) whenever a tunnel of that agent becomes idle here; used for metrics/tests.
@@ -106,21 +109,39 @@ class TunnelRegistry:
         """Register ``tunnel`` and block until it is finished; return the status its Connect RPC ends with.
 
         The tunnel is dropped at once when the Connect RPC is cancelled (agentk disconnected). When
-        ``max_age_s`` passes while it is idle it is retired with OK so agentk reconnects on a fresh
-        connection; a tunnel already forwarding is waited for.
+        ``max_age_s`` passes (rounded up to the next whole second of the loop clock) while it is idle it is
+        retired with OK so agentk reconnects on a fresh connection; a tunnel already forwarding is waited for.
         """
         if self._stopped:
             return (grpc.StatusCode.UNAVAILABLE, "kas is shutting down")
         self._add(tunnel)
-        # A timer rather than wait_for: kas holds two idle tunnels per agent for hours, and wait_for's
-        # futures and callbacks per tunnel added up at 10,000 agents (issue 9).
-        # Aged out, an idle tunnel ends OK so agentk reconnects on a fresh connection; one forwarding finishes.
-        timer = asyncio.get_running_loop().call_later(max_age_s, self._retire_if_idle, tunnel)
+        bucket = self._age_out_later(tunnel, max_age_s)
         try:
-            return await asyncio.shield(tunnel.finished)
+            # No shield: nothing else awaits ``finished``, and whoever resolves it checks ``done()`` first;
+            # a shield's future and callbacks per tunnel added up at 10,000 agents (issue 9).
+            return await tunnel.finished
         finally:
-            timer.cancel()
+            aging = self._aging.get(bucket)
+            if aging is not None:
+                aging.discard(tunnel)
             self._retire_if_idle(tunnel)  # cancelled while idle: agentk went away
+
+    def _age_out_later(self, tunnel: Tunnel, max_age_s: float) -> int:
+        # Aged out, an idle tunnel ends OK so agentk reconnects on a fresh connection; one forwarding finishes.
+        # Tunnels due in the same second share one timer: a timer per tunnel (two idle ones per agent, for
+        # hours) cost about 700 bytes each at 10,000 agents (issue 9).
+        loop = asyncio.get_running_loop()
+        bucket = math.ceil(loop.time() + max_age_s)
+        tunnels = self._aging.get(bucket)
+        if tunnels is None:
+            tunnels = self._aging[bucket] = set()
+            loop.call_at(bucket, self._age_out, bucket)
+        tunnels.add(tunnel)
+        return bucket
+
+    def _age_out(self, bucket: int) -> None:
+        for tunnel in self._aging.pop(bucket, ()):
+            self._retire_if_idle(tunnel)
 
     def _retire_if_idle(self, tunnel: Tunnel) -> None:
         if tunnel.state is TunnelState.READY:
