@@ -90,7 +90,7 @@ class ModuleResponse:
     body: bytes
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per cached agent token
 class AgentInfo:
     """What the hub says about an agent token (kas.md §4.1 ``GetAgentInfoResponse``).
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import random
 from typing import Any
@@ -68,6 +69,11 @@ def agent_configuration(
     return config
 
 
+def _wake(woken: asyncio.Future[None]) -> None:
+    if not woken.done():
+        woken.set_result(None)
+
+
 class AgentConfigurationServicer(rpc_pb2_grpc.AgentConfigurationServicer):
     """Serves the configuration stream and tracks the connection it represents.
 
@@ -98,6 +104,8 @@ class AgentConfigurationServicer(rpc_pb2_grpc.AgentConfigurationServicer):
         self._max_age_s = max_connection_age_s
         self._external_url = external_url
         self._stopping = stopping
+        self._pausing: set[asyncio.Future[None]] = set()
+        self._waker: asyncio.Task[None] | None = None
 
     async def GetConfiguration(self, request: rpc_pb2.ConfigurationRequest, context: Any) -> None:  # type: ignore[override]
         """Stream configurations until the client leaves, the connection ages out or kas stops."""
@@ -118,16 +126,19 @@ class AgentConfigurationServicer(rpc_pb2_grpc.AgentConfigurationServicer):
             agent_id=agent.agent_id,
             project_id=agent.project_id,
         )
-        if not request.skip_register:
+        register = not request.skip_register
+        commit_id = request.commit_id
+        del request  # this frame lives as long as the connection: the message (agent_meta) would too
+        if register:
             await self._tracker.register_connection(info)
         try:
             with self._auth.hold(context.invocation_metadata()):  # a revoked token's stream is cancelled
-                await self._stream(request.commit_id, agent, token, context)
+                await self._stream(commit_id, agent, token, context)
         except AuthError as exc:
             await self._forget_connections(agent)
             await context.abort(exc.code, exc.message)
         finally:
-            if not request.skip_register:
+            if register:
                 # The registration must go even when the stream was cancelled.
                 with contextlib.suppress(Exception):
                     await asyncio.shield(self._tracker.unregister_connection(info))
@@ -167,10 +178,30 @@ class AgentConfigurationServicer(rpc_pb2_grpc.AgentConfigurationServicer):
             except (OSError, TimeoutError) as exc:
                 log.warning("hub unreachable: %r", exc, extra={"agent_id": agent.agent_id})
                 wait_s = backoff.next_delay()
-            # Awaited in this task (wait_for would wrap it in a task of its own for every agent, issue 9).
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(min(wait_s, max(ends_at - loop.time(), 0))):
-                    await self._stopping.wait()
+            await self._pause(min(wait_s, max(ends_at - loop.time(), 0)))
+
+    async def _pause(self, delay_s: float) -> None:
+        # Every connected agent waits here between polls: a future and a timer each, woken early by one task
+        # when kas stops (a timeout block around the stop event cost a Timeout object and an event waiter more
+        # per agent, issue 9).
+        if self._stopping.is_set():
+            return
+        loop = asyncio.get_running_loop()
+        woken = loop.create_future()
+        timer = loop.call_later(delay_s, _wake, woken)
+        self._pausing.add(woken)
+        if self._waker is None:
+            self._waker = asyncio.create_task(self._wake_on_stop(), context=contextvars.Context())
+        try:
+            await woken
+        finally:
+            timer.cancel()
+            self._pausing.discard(woken)
+
+    async def _wake_on_stop(self) -> None:
+        await self._stopping.wait()
+        for woken in list(self._pausing):
+            _wake(woken)
 
     async def _send_if_changed(self, last_commit: str, agent: AgentInfo, token: str, context: Any) -> str:
         # Its own frame: the fetched document and the message built from it are dropped before the stream
