@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 
-@dataclass
+@dataclass(slots=True)  # one per agent configuration stream, for hours
 class Backoff:
     """Delay generator: ``initial_s * factor**n`` capped at ``max_s``, with proportional jitter.
 
