@@ -28,7 +28,6 @@ import grpc
 from cachetools import TTLCache
 
 from tether.modserver.gitlab_client import AgentInfo, GitlabClient, GitlabClientError, GitlabTimeout
-from tether.tool.checked_handler import checked_handler
 from tether.tool.grpc_meta import MetadataIn
 from tether.tool.jwt_auth import reject_handler
 from tether.tool.logs import bind_for_task, connection_id_from
@@ -262,10 +261,8 @@ class AgentAuthInterceptor(grpc.aio.ServerInterceptor):
     """Rate-limits and authenticates every RPC on the agent listener before its request is decoded.
 
     Without it, a handler's request message (up to ``max_message_size``) is parsed before the handler checks
-    the token (issue 9 item 7). The check runs at the start of the call (:func:`checked_handler`), not in the
-    interceptor, so that grpcio's per-call lookup is not kept alive while it awaits Redis and the hub.
-    Handlers still call :meth:`AgentAuthenticator.authenticate` for the :class:`AgentInfo`; the answer then
-    comes from the cache. The handler's log lines carry the ``agent_id``
+    the token (issue 9 item 7). Handlers still call :meth:`AgentAuthenticator.authenticate` for the
+    :class:`AgentInfo`; the answer then comes from the cache. The handler's log lines carry the ``agent_id``
     and the ``connection_id`` agentk sent (:func:`tether.tool.logs.connection_id_from`).
 
     New RPCs per token are limited to ``connections_per_token_per_minute`` across every kas sharing the
@@ -288,35 +285,20 @@ class AgentAuthInterceptor(grpc.aio.ServerInterceptor):
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
-        """Wrap the method's handler so the call is checked first, in its own task (:func:`checked_handler`).
-
-        An unknown method is checked here: a bad token gets its refusal rather than UNIMPLEMENTED.
-        """
-        handler = await continuation(handler_call_details)
-        if handler is not None:
-            return checked_handler(handler, self._check_call)
+        """Refuse the call with the authentication error, or hand it to its handler."""
+        metadata = handler_call_details.invocation_metadata
         try:
-            await self._check(handler_call_details.invocation_metadata)
-        except StatusError as exc:
+            if self._limiter is not None:
+                key = token_digest(bearer_token(metadata)).hex()
+                if not await self._limiter.hit("agent_rpc", self._limit, key):
+                    return reject_handler(
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        f"rate limit exceeded: more than {self._limit.amount} RPCs per minute with this agent token "
+                        "(agent.listen.connections_per_token_per_minute)",
+                    )
+            agent = await self._auth.authenticate(metadata)
+        except AuthError as exc:
             return reject_handler(exc.code, exc.message)
-        return None
-
-    async def _check_call(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-        metadata = context.invocation_metadata()
-        try:
-            agent = await self._check(metadata)
-        except StatusError as exc:
-            await exc.abort(context)
         # The handler runs in this task: its lines carry the agent and agentk's connection (issue 9 item 6).
         bind_for_task(agent_id=agent.agent_id, connection_id=connection_id_from(metadata))
-
-    async def _check(self, metadata: MetadataIn | None) -> AgentInfo:
-        if self._limiter is not None:
-            key = token_digest(bearer_token(metadata)).hex()
-            if not await self._limiter.hit("agent_rpc", self._limit, key):
-                raise StatusError(
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    f"rate limit exceeded: more than {self._limit.amount} RPCs per minute with this agent token "
-                    "(agent.listen.connections_per_token_per_minute)",
-                )
-        return await self._auth.authenticate(metadata)
+        return await continuation(handler_call_details)
