@@ -123,7 +123,13 @@ class Database:
 
         For the hot paths that only read (the internal API kas calls for every agent connection). On a SQLite
         file the whole of ``work`` runs in one worker thread on a connection that cannot write
-        (``PRAGMA query_only``); on PostgreSQL it runs through the async engine. Errors of ``work`` propagate.
+        (``PRAGMA query_only``); on PostgreSQL it runs through the async engine.
+
+        Args:
+            work: ``(connection) -> T``; it must only read (SQLite refuses writes on this connection).
+
+        Raises:
+            whatever ``work`` raises, and SQLAlchemy's errors (e.g. ``OperationalError`` after the busy timeout).
         """
         if self._reader is None or self._reader_thread is None:
             async with self.engine.connect() as connection:

@@ -156,9 +156,7 @@ async def _resolve(
     if row is None:
         raise Unauthorized()
     now = utcnow()
-    if (row.last_used_at is None or now - row.last_used_at > LAST_USED_UPDATE_INTERVAL) and not uses.pending(
-        row.token_id
-    ):
+    if row.last_used_at is None or now - row.last_used_at > LAST_USED_UPDATE_INTERVAL:
         uses.note(row.token_id, now)
     return row.owner, stored
 

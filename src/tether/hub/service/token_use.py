@@ -42,13 +42,9 @@ class TokenUseWriter:
         self._timer: asyncio.TimerHandle | None = None
         self._writes: set[asyncio.Task[None]] = set()
 
-    def pending(self, token_id: int) -> bool:
-        """Whether a use of ``token_id`` waits to be written."""
-        return token_id in self._pending
-
     def note(self, token_id: int, when: datetime) -> None:
-        """Note that token ``token_id`` was used at ``when`` (aware UTC)."""
-        self._pending[token_id] = when
+        """Note that token ``token_id`` was used at ``when`` (aware UTC); a use already waiting is kept."""
+        self._pending.setdefault(token_id, when)
         if len(self._pending) >= self._max_pending:
             self._start_write()
         elif self._timer is None:
