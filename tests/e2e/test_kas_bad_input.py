@@ -208,6 +208,50 @@ async def test_oversized_message_is_rejected(kas: KasProc) -> None:
     assert_no_leaks(kas)
 
 
+async def _raw_call(target: str, method: str, shape: str, metadata: tuple[tuple[str, str], ...], payload: bytes):  # type: ignore[no-untyped-def]
+    async with grpc.aio.insecure_channel(target) as channel:
+        try:
+            if shape == "unary_unary":
+                await channel.unary_unary(method)(payload, metadata=metadata, timeout=10)
+            elif shape == "unary_stream":
+                async for _ in channel.unary_stream(method)(payload, metadata=metadata, timeout=10):
+                    pass
+            else:
+                call = channel.stream_stream(method)(metadata=metadata, timeout=10)
+                await call.write(payload)
+                async for _ in call:
+                    pass
+        except grpc.aio.AioRpcError as exc:
+            return exc
+    raise AssertionError(f"{method} accepted an oversize message")
+
+
+@pytest.mark.parametrize(
+    ("listener", "method", "shape"),
+    [
+        ("agent", "/gitlab.agent.agent_registrar.rpc.AgentRegistrar/Register", "unary_unary"),
+        ("agent", "/gitlab.agent.agent_configuration.rpc.AgentConfiguration/GetConfiguration", "unary_stream"),
+        ("agent", "/gitlab.agent.reverse_tunnel.rpc.ReverseTunnel/Connect", "stream_stream"),
+        ("agent", "/gitlab.agent.gitlab_access.rpc.GitlabAccess/MakeRequest", "stream_stream"),
+        ("api", "/gitlab.agent.agent_tracker.rpc.AgentTracker/GetConnectedAgents", "unary_unary"),
+    ],
+)
+async def test_oversize_message_is_refused_on_every_shape(kas: KasProc, listener: str, method: str, shape: str) -> None:
+    """Received messages over ``max_message_size`` get Core's status on every listener and RPC shape.
+
+    kas checks the size itself (tether.tool.grpc_size): Core's message-size filter is left out for memory.
+    """
+    if listener == "agent":
+        target, metadata = kas.agent_address.removeprefix("grpc://"), _bearer(TOKEN)
+    else:
+        target = kas.api_target
+        metadata = _bearer(mint(_api_secret(kas), ISSUER_GITLAB, AUDIENCE_KAS, 30))
+    error = await _raw_call(target, method, shape, metadata, b"\x00" * 70_000)
+    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, error.details()
+    assert error.details() == "Received message larger than max (70000 vs. 65536)"
+    assert_no_leaks(kas)
+
+
 async def test_agent_disconnect_drops_idle_tunnel_at_once(kas: KasProc) -> None:
     async def hold() -> AsyncIterator[tunnel_pb2.ConnectRequest]:
         yield DESCRIPTOR
