@@ -122,6 +122,8 @@ def _server_options(max_connection_age_s: float) -> list[tuple[str, Any]]:
     return [
         # max_message_size is checked by MessageSizeInterceptor: Core's filter costs memory on every call.
         *unlimited_size_options(),
+        # Nothing reads channelz; its per-connection node is ~0.5 KiB (bench/grpc_floor.py, issue 9).
+        ("grpc.enable_channelz", 0),
         # kas.md §8.3: ping every 50 s; clients may ping every 20 s, also without calls.
         ("grpc.keepalive_time_ms", 50_000),
         ("grpc.http2.min_recv_ping_interval_without_data_ms", 20_000),
