@@ -6,7 +6,9 @@ A bare ``grpc.aio`` server (kas' pending-call options, a raw stream-stream metho
 and a client process that opens ``--connections`` channels, each on its own HTTP/2 connection, with 0, 1 and
 3 streams each (3 is what an agent holds on kas: its configuration stream and two idle tunnels). The server's
 ``VmRSS`` growth is read 5 s after every stream is open. It is the floor under ``kas_rss_10000_agents_mib``
-(issue 9): what kas adds per agent on top of it is Tether's. Prints the figures; writes nothing.
+(issue 9): what kas adds per agent on top of it is Tether's. Each figure is measured twice, side by side: with
+grpcio's default channel arguments, and with kas' (no Core message-size limit, checked in Python instead by
+:mod:`tether.tool.grpc_size`, and channelz off). Prints the figures; writes nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from typing import Any
 
 import grpc
 import uvloop
+
+from tether.tool.grpc_size import unlimited_size_options
 
 METHOD = "/floor.Floor/Wait"
 
@@ -36,13 +40,20 @@ async def wait_forever(_requests: Any, _context: Any) -> None:
     await asyncio.Event().wait()
 
 
-async def serve(connections: int, streams: int) -> float:
-    """KiB of server RSS per connection holding ``streams`` idle streams."""
+def _variant_options(variant: str) -> list[tuple[str, int]]:
+    if variant == "default":
+        return []
+    return [*unlimited_size_options(), ("grpc.enable_channelz", 0)]  # as kas' listeners
+
+
+async def serve(connections: int, streams: int, variant: str) -> float:
+    """KiB of server RSS per connection holding ``streams`` idle streams (``variant``: default or kas)."""
     server = grpc.aio.server(
         options=[
             ("grpc.so_reuseport", 0),
             ("grpc.server.max_pending_requests", 20_000),
             ("grpc.server.max_pending_requests_hard_limit", 50_000),
+            *_variant_options(variant),
         ]
     )
     handler = grpc.stream_stream_rpc_method_handler(wait_forever)
@@ -86,14 +97,20 @@ def main() -> None:
         uvloop.run(hold(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])))
         return
     if sys.argv[1:2] == ["--server"]:  # a fresh process per figure: freed memory of an earlier one is not reused
-        per = uvloop.run(serve(int(sys.argv[2]), int(sys.argv[3])))
-        print(f"{sys.argv[2]} connections x {sys.argv[3]} streams: {per:.1f} KiB per connection", flush=True)
+        per = uvloop.run(serve(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]))
+        print(
+            f"{sys.argv[4]:>7} options, {sys.argv[2]} connections x {sys.argv[3]} streams: "
+            f"{per:.1f} KiB per connection",
+            flush=True,
+        )
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--connections", type=int, default=2000)
     args = parser.parse_args()
     for streams in (0, 1, 3):
-        subprocess.run([sys.executable, __file__, "--server", str(args.connections), str(streams)], check=True)
+        for variant in ("default", "kas"):
+            command = [sys.executable, __file__, "--server", str(args.connections), str(streams), variant]
+            subprocess.run(command, check=True)
 
 
 if __name__ == "__main__":

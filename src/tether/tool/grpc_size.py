@@ -15,7 +15,7 @@ Only asyncio handlers (coroutines and async generators) are supported; kas has n
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -65,7 +65,7 @@ class _CheckedRequests:
 
     __slots__ = ("_context", "_requests")
 
-    def __init__(self, requests: AsyncIterator[Any], context: _CheckedContext) -> None:
+    def __init__(self, requests: AsyncIterable[Any], context: _CheckedContext) -> None:
         self._requests = requests
         self._context = context
 
@@ -73,7 +73,8 @@ class _CheckedRequests:
         return self
 
     async def __anext__(self) -> Any:
-        return await self._context.checked(await anext(self._requests))
+        # grpc's receiver makes its generator on first use: a handler that calls context.read() never does.
+        return await self._context.checked(await anext(aiter(self._requests)))
 
 
 def _deserializer(limit: int, parse: Callable[[bytes], Any] | None) -> Callable[[bytes], Any]:
@@ -88,7 +89,7 @@ def _deserializer(limit: int, parse: Callable[[bytes], Any] | None) -> Callable[
 def _behaviour(behaviour: Callable[..., Any], limit: int, request_streaming: bool) -> Callable[..., Any]:
     async def request(message: Any, context: _CheckedContext) -> Any:
         if request_streaming:
-            return _CheckedRequests(aiter(message), context)
+            return _CheckedRequests(message, context)
         return await context.checked(message)
 
     if inspect.isasyncgenfunction(behaviour):
