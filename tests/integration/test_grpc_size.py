@@ -30,6 +30,24 @@ async def _read_all(_requests: Any, context: Any) -> None:
         await context.write(message)
 
 
+class _PerCallHandler(grpc.GenericRpcHandler):
+    """Makes a new handler for every call, as kas' routed and private APIs do; each answers its call number."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler[Any, Any] | None:
+        if handler_call_details.method != "/t.T/CallNumber":
+            return None
+        self.calls += 1
+        number = self.calls
+
+        async def answer(_request: bytes, _context: Any) -> bytes:
+            return str(number).encode()
+
+        return grpc.unary_unary_rpc_method_handler(answer)
+
+
 @pytest.fixture
 async def target() -> AsyncIterator[str]:
     server = grpc.aio.server(options=unlimited_size_options(), interceptors=[MessageSizeInterceptor(LIMIT)])
@@ -38,7 +56,7 @@ async def target() -> AsyncIterator[str]:
         "TotalSize": grpc.stream_unary_rpc_method_handler(_total_size),
         "ReadAll": grpc.stream_stream_rpc_method_handler(_read_all),
     }
-    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("t.T", handlers)])
+    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("t.T", handlers), _PerCallHandler()])
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     yield f"127.0.0.1:{port}"
@@ -76,6 +94,15 @@ async def test_context_read_after_messages_within_the_limit(target: str) -> None
         with pytest.raises(grpc.aio.AioRpcError) as failure:
             await call.read()
         _assert_refused(failure.value, LIMIT * 10)
+
+
+async def test_a_handler_made_per_call_is_wrapped_per_call(target: str) -> None:
+    async with grpc.aio.insecure_channel(target) as channel:
+        call_number = channel.unary_unary("/t.T/CallNumber")
+        assert [await call_number(b"") for _ in range(3)] == [b"1", b"2", b"3"]
+        with pytest.raises(grpc.aio.AioRpcError) as failure:
+            await call_number(b"z" * 2000)
+        _assert_refused(failure.value, 2000)
 
 
 def test_a_sync_handler_is_refused() -> None:

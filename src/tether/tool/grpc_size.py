@@ -133,12 +133,15 @@ def size_checked(handler: grpc.RpcMethodHandler[Any, Any], limit: int) -> grpc.R
     )
 
 
-#: Handlers kept wrapped; more distinct handlers than this (none of kas' listeners has them) are wrapped per call.
+#: Methods whose wrapped handler is kept; kas' listeners have a few dozen registered methods.
 _MAX_CACHED = 256
 
 
 class MessageSizeInterceptor(grpc.aio.ServerInterceptor):
     """Limits received messages to ``limit`` bytes on a server built with :func:`unlimited_size_options`.
+
+    A registered method's handler is wrapped once; a generic handler that makes a new handler per call (kas'
+    routed and private APIs) gets its handler wrapped per call.
 
     Args:
         limit: the listener's ``max_message_size`` in bytes.
@@ -146,7 +149,7 @@ class MessageSizeInterceptor(grpc.aio.ServerInterceptor):
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
-        self._wrapped: dict[grpc.RpcMethodHandler[Any, Any], grpc.RpcMethodHandler[Any, Any]] = {}
+        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler[Any, Any], grpc.RpcMethodHandler[Any, Any]]] = {}
 
     async def intercept_service(
         self,
@@ -157,9 +160,11 @@ class MessageSizeInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if handler is None:
             return None
-        wrapped = self._wrapped.get(handler)
-        if wrapped is None:
-            wrapped = size_checked(handler, self._limit)
-            if len(self._wrapped) < _MAX_CACHED:
-                self._wrapped[handler] = wrapped
+        method = handler_call_details.method
+        cached = self._wrapped.get(method)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        wrapped = size_checked(handler, self._limit)
+        if cached is None and len(self._wrapped) < _MAX_CACHED:
+            self._wrapped[method] = (handler, wrapped)
         return wrapped
