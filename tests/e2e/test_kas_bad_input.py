@@ -208,7 +208,9 @@ async def test_oversized_message_is_rejected(kas: KasProc) -> None:
     assert_no_leaks(kas)
 
 
-async def _raw_call(target: str, method: str, shape: str, metadata: tuple[tuple[str, str], ...], payload: bytes):  # type: ignore[no-untyped-def]
+async def _raw_call(
+    target: str, method: str, shape: str, metadata: tuple[tuple[str, str], ...], payload: bytes
+) -> grpc.aio.AioRpcError:
     async with grpc.aio.insecure_channel(target) as channel:
         try:
             if shape == "unary_unary":
