@@ -108,4 +108,3 @@ async def test_requests_to_local_agents_meet_their_deadline_while_redis_is_froze
     assert before and all(ok for _, _, ok in before), "requests failed before Redis was frozen"
     assert during, "no request ended while Redis was frozen"
     assert not failed, f"{len(failed)} of {len(during)} requests failed or overran their deadline: {failed[:10]}"
-

@@ -7,7 +7,9 @@ up on a healthy Redis that is merely busy (a burst of 600 checks queued on the c
 than any deadline short enough for a request), so the breaker judges the store by its progress instead:
 
 - a call gives up :data:`STALL_S` after the later of its own start and the last answer the store gave to any
-  call: while answers keep coming, queued calls wait; when none has come for that long, the store is stalled;
+  call: while answers keep coming, queued calls wait; when none has come for that long, the store is stalled.
+  Until the store has answered once, the bound is :data:`FIRST_ANSWER_S`: the first burst opens every pooled
+  connection, and on a loaded machine 600 checks at once saw their first answer after 0.7 s;
 - giving up (or any error) opens the circuit: calls fail at once with :class:`CircuitOpen` without touching the
   store, and the caller falls back (local counters, no cache);
 - while open, one probe at a time (a PING in the background, never on a request's path) runs every
@@ -32,6 +34,9 @@ T = TypeVar("T")
 #: Seconds without any answer from the store after which a waiting call gives up and the circuit opens. Redis
 #: answers in well under a millisecond; a quarter second of silence while calls wait means it does not answer.
 STALL_S = 0.25
+#: Seconds a call may wait for the store's very first answer (connections are being opened; kas.md §3.1 dial
+#: timeout).
+FIRST_ANSWER_S = 5.0
 #: Seconds between probes while the circuit is open.
 PROBE_EVERY_S = 1.0
 
@@ -49,6 +54,7 @@ class CircuitBreaker:
         store: its name in logs and in ``tether_circuit_breaker_opened_total{store}``, e.g. ``rate_limit``.
         probe: a cheap call that succeeds when the store answers (``PING``).
         stall_s: see :data:`STALL_S`.
+        first_answer_s: see :data:`FIRST_ANSWER_S`.
         probe_every_s: seconds between probes while open.
         clock: monotonic clock in seconds.
     """
@@ -58,15 +64,17 @@ class CircuitBreaker:
         store: str,
         probe: Callable[[], Awaitable[object]],
         stall_s: float = STALL_S,
+        first_answer_s: float = FIRST_ANSWER_S,
         probe_every_s: float = PROBE_EVERY_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
         self._probe = probe
         self._stall_s = stall_s
+        self._first_answer_s = first_answer_s
         self._probe_every_s = probe_every_s
         self._clock = clock
-        self._last_answer = 0.0
+        self._last_answer: float | None = None
         self._open = False
         self._prober: asyncio.Task[None] | None = None
 
@@ -93,13 +101,13 @@ class CircuitBreaker:
         task.add_done_callback(_retrieve)  # a call given up may still fail later: nobody else reads its error
         try:
             while True:
-                remaining = max(started, self._last_answer) + self._stall_s - self._clock()
+                remaining = self._give_up_at(started) - self._clock()
                 if remaining > 0 and not self._open:
                     await asyncio.wait({task}, timeout=remaining)
                 if task.done():
                     break
-                if self._open or max(started, self._last_answer) + self._stall_s <= self._clock():
-                    self._trip(f"no answer for {self._stall_s:g} s")
+                if self._open or self._give_up_at(started) <= self._clock():
+                    self._trip(f"no answer for {self._clock() - started:.2f} s")
                     raise CircuitOpen(f"{self._store}: the store did not answer")
         finally:
             if not task.done():
@@ -114,6 +122,11 @@ class CircuitBreaker:
             raise
         self._last_answer = self._clock()
         return result
+
+    def _give_up_at(self, started: float) -> float:
+        if self._last_answer is None:
+            return started + self._first_answer_s
+        return max(started, self._last_answer) + self._stall_s
 
     def _trip(self, why: str) -> None:
         if self._open:
