@@ -344,8 +344,9 @@ class AgentAuthInterceptor(grpc.aio.ServerInterceptor):
     and the ``connection_id`` agentk sent (:func:`tether.tool.logs.connection_id_from`).
 
     New RPCs per token are limited to ``connections_per_token_per_minute`` across every kas sharing the
-    limiter's Redis (upstream's ``agent.listen.connections_per_token_per_minute``; 0 turns it off); beyond,
-    RPCs get ``RESOURCE_EXHAUSTED`` before any hub call. The key is the token's SHA-256.
+    limiter's Redis (upstream's ``agent.listen.connections_per_token_per_minute``; 0 turns it off), in this
+    kas' memory while Redis fails or stalls (issue 27 item 5); beyond, RPCs get ``RESOURCE_EXHAUSTED`` before any
+    hub call. The key is the token's SHA-256.
 
     Args:
         auth: the authenticator.
