@@ -1,6 +1,6 @@
 """Hardening benchmarks (issue 9): back-pressure, refresh at 20,000 connections, chaos, 10,000 agents.
 
-Usage: ``uv run python bench/hardening.py [--agents N] [--part all|tests|agents]``
+Usage: ``uv run python bench/hardening.py [--agents N] [--part all|tests|agents|freeze]``
 
 The first three figures come from the tests that check them, run here through pytest with
 ``TETHER_BENCH_DIR`` set so they write their measurements:
@@ -20,8 +20,13 @@ every tunnel idle (kas' ``connected_agents_count`` is not used: it is refreshed 
 ``kas_rss_10000_agents_mib`` is kas' RSS 10 s later; ``stream_reopens_10000_agents`` counts the streams the
 agents had to re-open during the run. kas runs as an image carries it (the runtime package installed without
 extras into an empty virtual environment, as in ``bench/footprint.py``); the same three figures with the
-development environment's kas are recorded beside them with the suffix ``_dev_venv``. Writes
-``bench/results/hardening.json``.
+development environment's kas are recorded beside them with the suffix ``_dev_venv``.
+
+``redis_freeze_gateway_requests_ratio`` (issue 27 item 5, ``--part freeze``): one kas on a private Redis with
+one agentk connected to it (the endpoint behind agentk answers a bare 404) and :data:`FREEZE_CLIENTS` clients
+sending ``GET /version?timeout=2s`` through kas' Kubernetes API proxy back to back (client deadline 3 s). The
+requests that reached the endpoint within their deadline during 30 s of Redis stopped with SIGSTOP, over those
+of the 30 s before. Writes ``bench/results/hardening.json``.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import asyncio
 import json
 import os
 import queue
+import signal
 import subprocess
 import sys
 import tempfile
@@ -39,10 +45,14 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import aiohttp
+
+from tests.e2e.test_k8s_proxy_upgrade import agent_kubeconfig, client_tls
 from tests.fixtures import system as system_fixture
 from tests.fixtures.hub import RunningHub
 from tests.fixtures.system import KasProc, System, write_private_secret
 from tests.support.runtime_venv import build_runtime_venv
+from tether.devenv import pki
 from tether.devenv.redis_server import RedisServer
 
 HERE = Path(__file__).parent
@@ -54,6 +64,10 @@ TESTS = [
     "tests/integration/test_redis_state.py::test_20000_connections_refresh_while_routed_reads_stay_fast",
     "tests/e2e/test_chaos.py",
 ]
+
+
+FREEZE_CLIENTS = 8
+FREEZE_WINDOW_S = 30.0
 
 
 def rss_mib(pid: int) -> float:
@@ -162,14 +176,94 @@ async def many_agents(count: int, tether: str, suffix: str) -> dict[str, tuple[f
     }
 
 
+async def not_found_endpoint() -> asyncio.Server:
+    """The cluster behind agentk: a bare 404 for everything."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        writer.close()
+
+    return await asyncio.start_server(serve, "127.0.0.1", 0)
+
+
+async def proxied(session: aiohttp.ClientSession, kas: KasProc, agent_id: int, pat: str) -> bool:
+    """One request through kas to the agent; True when the endpoint answered within the deadline."""
+    try:
+        async with session.get(
+            kas.k8s_proxy_url + "version?timeout=2s",
+            headers={"Authorization": f"Bearer pat:{agent_id}:{pat}"},
+            timeout=aiohttp.ClientTimeout(total=3.0),
+        ) as response:
+            return response.status == 404 and await response.read() == b""
+    except (aiohttp.ClientError, TimeoutError):
+        return False
+
+
+async def redis_freeze() -> dict[str, tuple[float, str]]:
+    """Requests served by the gateway kas during a 30 s Redis SIGSTOP over those of the 30 s before."""
+    with tempfile.TemporaryDirectory(prefix="tether-bench-freeze-") as tmp:
+        directory = Path(tmp)
+        redis = RedisServer(directory / "redis").start()
+        running = RunningHub(directory / "hub")
+        hub = running.hub
+        tls = pki.generate(directory / "pki")
+        system = System(directory, hub, write_private_secret(directory / "private_secret"), None, redis, tls)
+        endpoint = await not_found_endpoint()
+        agent_id, pat, token = 880_001, "glpat-bench-freeze", f"bench-freeze-{time.monotonic_ns()}"
+        hub.add_agent(token, agent_id, 880_000, "freeze")
+        hub.grant_proxy_access(pat, "robot", agent_id, 880_000)
+        frozen = False
+        try:
+            kas = await asyncio.to_thread(system.kas)
+            port = endpoint.sockets[0].getsockname()[1]
+            kubeconfig = agent_kubeconfig(directory / "agent.kubeconfig", f"http://127.0.0.1:{port}", "sa")
+            system.agentk(token, kas, "freeze", kubeconfig=kubeconfig)
+            ends: list[tuple[float, bool]] = []
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_tls(kas))) as session:
+                deadline = time.monotonic() + 60
+                while not await proxied(session, kas, agent_id, pat):
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("the agent never became reachable")
+                    await asyncio.sleep(0.5)
+                began = time.monotonic()
+                freeze_at = began + FREEZE_WINDOW_S
+                stop_at = freeze_at + FREEZE_WINDOW_S
+
+                async def client() -> None:
+                    while time.monotonic() < stop_at:
+                        ok = await proxied(session, kas, agent_id, pat)
+                        ends.append((time.monotonic(), ok))
+
+                clients = asyncio.gather(*(client() for _ in range(FREEZE_CLIENTS)))
+                await asyncio.sleep(freeze_at - time.monotonic())
+                os.kill(redis.pid, signal.SIGSTOP)
+                frozen = True
+                await clients
+                os.kill(redis.pid, signal.SIGCONT)
+                frozen = False
+        finally:
+            if frozen:
+                os.kill(redis.pid, signal.SIGCONT)
+            endpoint.close()
+            system.stop_all()
+            running.stop()
+            redis.stop()
+    before = sum(ok for end, ok in ends if began <= end < freeze_at)
+    during = sum(ok for end, ok in ends if freeze_at <= end <= stop_at)
+    failed = sum(not ok for end, ok in ends if freeze_at <= end <= stop_at)
+    print(f"Redis freeze: {before} requests served in the 30 s before, {during} during ({failed} failed)")
+    return {"redis_freeze_gateway_requests_ratio": (during / before, "ratio")}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agents", type=int, default=10_000, help="simulated agents, one connection each")
     parser.add_argument(
         "--part",
-        choices=["all", "tests", "agents"],
+        choices=["all", "tests", "agents", "freeze"],
         default="all",
-        help="measure only the test figures or only the many-agents figures (the others in the file are kept)",
+        help="measure one part only: test figures, many agents or Redis freeze (the others in the file are kept)",
     )
     args = parser.parse_args()
     figures: dict[str, tuple[float, str]] = {}
@@ -183,6 +277,8 @@ def main() -> None:
             runtime = str(build_runtime_venv(Path(tmp)) / "bin" / "tether")
             figures.update(asyncio.run(many_agents(args.agents, runtime, "")))
         figures.update(asyncio.run(many_agents(args.agents, DEV_TETHER, "_dev_venv")))
+    if args.part in ("all", "freeze"):
+        figures.update(asyncio.run(redis_freeze()))
     for name, (value, unit) in figures.items():
         print(f"{name:36s} {value:10.2f} {unit}")
     kept = json.loads(RESULTS.read_text()) if RESULTS.exists() and args.part != "all" else []

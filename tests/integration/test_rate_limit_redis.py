@@ -7,9 +7,15 @@ check (700 warnings and no limit while 1,000 agents connected). Its pool now wai
 from __future__ import annotations
 
 import asyncio
+import itertools
+import os
+import signal
+import time
+from pathlib import Path
 
 import pytest
 
+from tether.devenv.redis_server import RedisServer
 from tether.tool.rate_limit import RateLimiter, per_minute
 
 pytestmark = [pytest.mark.redis]
@@ -36,3 +42,38 @@ async def test_a_small_pool_makes_checks_wait_instead_of_failing(redis_url: str)
     results = await asyncio.gather(*(limiter.hit("x", per_minute(1000), "k") for _ in range(200)))
     assert storage_errors() == errors_before
     assert all(results)
+
+
+async def test_a_frozen_redis_is_given_up_at_once_and_limits_count_in_memory(tmp_path: Path) -> None:
+    """Issue 27 item 5: Redis stopped with SIGSTOP answers nothing; a check used to wait for the 3 s socket
+    timeout, on every request. Now the check counts in memory within the breaker's stall bound (0.25 s), with
+    the same limit, and counting is shared again once Redis answers."""
+    redis = RedisServer(tmp_path / "redis").start()
+    limiter = RateLimiter(redis.url, "frozen:rate_limit")
+    limit = per_minute(5)
+    try:
+        assert await limiter.hit("x", limit, "k")
+        errors_before = storage_errors()
+        os.kill(redis.pid, signal.SIGSTOP)
+        try:
+            began = time.monotonic()
+            results = [await limiter.hit("x", limit, "k") for _ in range(7)]
+            elapsed_s = time.monotonic() - began
+        finally:
+            os.kill(redis.pid, signal.SIGCONT)
+        assert results == [True] * 5 + [False] * 2, "counted in memory, limit kept"
+        assert storage_errors() == errors_before + 7
+        assert elapsed_s < 2.0, f"seven checks took {elapsed_s:.1f} s: the frozen Redis was waited for"
+
+        other = RateLimiter(redis.url, "frozen:rate_limit")  # another kas, sharing the counts through Redis
+        deadline = time.monotonic() + 15
+        for attempt in itertools.count():
+            key = f"after-{attempt}"
+            if await limiter.hit("x", per_minute(1), key) and not await other.hit("x", per_minute(1), key):
+                break  # the second hit saw the first one: both count in Redis again
+            assert time.monotonic() < deadline, "the limiter never went back to Redis"
+            await asyncio.sleep(0.2)
+        await other.close()
+    finally:
+        await limiter.close()
+        redis.stop()

@@ -2,9 +2,16 @@
 
 Every call carries ``authorization: Bearer <JWT>`` with ``iss=gitlab``, ``aud=gitlab-kas``, signed with the
 api secret shared with kas (kas.md §4.2).
+
+A token revocation is delivered until a kas acknowledges it (:meth:`KasApiClient.announce_revocation`, issue
+27 item 6): one missed call used to leave the token working on every kas for their whole info cache TTL.
 """
 
 from __future__ import annotations
+
+import asyncio
+import logging
+import time
 
 import grpc
 
@@ -17,9 +24,17 @@ from tether.pb.gitlab.agent.pods.rpc import rpc_pb2 as pods_pb2
 from tether.pb.gitlab.agent.pods.rpc import rpc_pb2_grpc as pods_grpc
 from tether.pb.gitlab.agent.workspace_access.rpc import rpc_pb2 as workspaces_pb2
 from tether.pb.gitlab.agent.workspace_access.rpc import rpc_pb2_grpc as workspaces_grpc
+from tether.tool.backoff import Backoff
 from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_GITLAB, mint
 
+log = logging.getLogger(__name__)
 _JWT_LIFETIME_S = 60.0
+#: Seconds the hub keeps retrying a revocation no kas acknowledged. Past them (or when the hub stops) kas still
+#: refuses the token once its cached answer expires (``agent.info_cache_ttl``) and ends its tunnels at the next
+#: re-validation after that (``agent.token_revalidation_period``).
+REVOCATION_RETRY_FOR_S = 900.0
+#: Answers that no retry can change: the call itself is wrong.
+_FINAL = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.UNIMPLEMENTED})
 
 
 class KasApiClient:
@@ -41,6 +56,7 @@ class KasApiClient:
         self._pods = pods_grpc.PodsStub(self._channel)
         self._tokens = tokens_grpc.AgentTokensStub(self._channel)
         self._workspaces = workspaces_grpc.WorkspaceAccessApiStub(self._channel)
+        self._deliveries: set[asyncio.Task[bool]] = set()
 
     def _metadata(self) -> tuple[tuple[str, str], ...]:
         return (("authorization", "Bearer " + mint(self._secret, ISSUER_GITLAB, AUDIENCE_KAS, _JWT_LIFETIME_S)),)
@@ -82,6 +98,68 @@ class KasApiClient:
         )
         await self._tokens.RevokeAgentTokens(request, metadata=self._metadata(), timeout=timeout_s)
 
+    def announce_revocation(
+        self, agent_id: int, digests_hex: list[str], timeout_s: float, retry_for_s: float = REVOCATION_RETRY_FOR_S
+    ) -> asyncio.Task[bool]:
+        """Deliver a revocation in the background, retrying until a kas acknowledges it (issue 27 item 6).
+
+        kas acknowledges once the revocation is on its list in Redis, which every kas re-reads. Each failed
+        attempt is logged (warning) and retried after a backoff of 0.5 s growing to 10 s; after ``retry_for_s``
+        seconds, or on an answer no retry can change (INVALID_ARGUMENT, UNAUTHENTICATED, UNIMPLEMENTED), the
+        delivery is given up with an error in the log.
+
+        Args:
+            agent_id: the tokens' agent.
+            digests_hex: the tokens' SHA-256 digests, lowercase hex.
+            timeout_s: deadline of each attempt in seconds (``kas.timeout``).
+            retry_for_s: seconds to keep retrying.
+
+        Returns:
+            The delivery: True once acknowledged, False when given up.
+        """
+        task = asyncio.get_running_loop().create_task(
+            self._deliver_revocation(agent_id, digests_hex, timeout_s, retry_for_s)
+        )
+        self._deliveries.add(task)
+        task.add_done_callback(self._deliveries.discard)
+        return task
+
+    async def _deliver_revocation(
+        self, agent_id: int, digests_hex: list[str], timeout_s: float, retry_for_s: float
+    ) -> bool:
+        give_up_at = time.monotonic() + retry_for_s
+        backoff = Backoff(initial_s=0.5, max_s=10.0, jitter=0.2)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                await self.revoke_agent_tokens(agent_id, digests_hex, timeout_s)
+            except grpc.aio.AioRpcError as exc:
+                delay = backoff.next_delay()
+                if exc.code() in _FINAL or time.monotonic() + delay > give_up_at:
+                    log.error(
+                        "kas api: revocation of %d token(s) of agent %d not delivered after %d attempt(s): %s; "
+                        "kas refuses them once its cached answers expire (agent.info_cache_ttl)",
+                        len(digests_hex),
+                        agent_id,
+                        attempt,
+                        exc.code().name,
+                    )
+                    return False
+                log.warning(
+                    "kas api: announcing %d revoked token(s) of agent %d failed (attempt %d): %s; again in %.1f s",
+                    len(digests_hex),
+                    agent_id,
+                    attempt,
+                    exc.code().name,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+            else:
+                if attempt > 1:
+                    log.info("kas api: revocation of agent %d's tokens delivered at attempt %d", agent_id, attempt)
+                return True
+
     async def invalidate_workspaces(self, names: list[str], timeout_s: float = 10.0) -> None:
         """Tell every kas (through this one and Redis) that these workspaces changed (state, existence).
 
@@ -96,5 +174,10 @@ class KasApiClient:
         await self._workspaces.InvalidateWorkspaces(request, metadata=self._metadata(), timeout=timeout_s)
 
     async def close(self) -> None:
-        """Close the channel."""
+        """Give up the revocations still being delivered (logged), then close the channel."""
+        if self._deliveries:
+            log.error("kas api: the hub stops with %d revocation(s) not delivered", len(self._deliveries))
+            for task in list(self._deliveries):
+                task.cancel()
+            await asyncio.gather(*self._deliveries, return_exceptions=True)
         await self._channel.close()

@@ -27,7 +27,13 @@ from tether import __version__
 from tether.kas.instance_registry import KasInstanceRegistry
 from tether.kas.modules import SERVER_MODULES
 from tether.kas.observability import GaugeCollector, ObservabilityServer
-from tether.kas.token_revocation import AgentTokensServicer, subscribe_revocations
+from tether.kas.token_revocation import (
+    AgentTokensServicer,
+    RevocationList,
+    list_ttl_s,
+    revalidate_forever,
+    subscribe_revocations,
+)
 from tether.modserver.agent_auth import AgentAuthenticator, AgentAuthInterceptor
 from tether.modserver.agent_tracker import AgentTracker
 from tether.modserver.api import ServerApi, ServerModuleFactory
@@ -244,6 +250,9 @@ class KasApp:
             agent.info_cache_error_ttl,
         )
         subscribe_revocations(self.events, self.auth)
+        self.revocations = RevocationList(
+            self.backend, prefix, list_ttl_s(agent.info_cache_ttl, agent.token_revalidation_period)
+        )
         self._connected_agents = 0.0
         self.metrics = CollectorRegistry()
         self.metrics.register(
@@ -272,7 +281,9 @@ class KasApp:
             config.api.listen.max_connection_age,
             JwtServerInterceptor(JwtVerifier(api_secret, AUDIENCE_KAS, ISSUER_GITLAB)),
         )
-        tokens_grpc.add_AgentTokensServicer_to_server(AgentTokensServicer(self.events), self.api_server)
+        tokens_grpc.add_AgentTokensServicer_to_server(
+            AgentTokensServicer(self.events, self.auth, self.revocations), self.api_server
+        )
         self.private_server = self._server(
             config.private_api.listen.max_connection_age,
             JwtServerInterceptor(JwtVerifier(private_secret, AUDIENCE_KAS, ISSUER_KAS)),
@@ -353,6 +364,9 @@ class KasApp:
             "rebuild_after_reconnect": self._rebuild_after_reconnect,
             "register_failed_tunnels": self.registry.run,
             "close_unused_kas_channels": self._close_unused_channels,
+            "token_revalidation": lambda: revalidate_forever(
+                self.auth, self.revocations, self.config.agent.token_revalidation_period
+            ),
         }
         for name, run in loops.items():
             # A crashed loop is logged and restarted (issue 9), not only reported.
@@ -432,6 +446,8 @@ class KasApp:
         await modules_stopped
         await self.pool.close()
         await self.gitlab.close()
+        await self.rate_limiter.close()
+        await self.auth.close()
         await self.observability.stop()
         await self.backend.close()
         log.info("kas stopped in %.1fs", time.monotonic() - began)

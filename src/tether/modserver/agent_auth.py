@@ -11,6 +11,13 @@ Revocation (issue 9 item 7): the RPCs an agent opens with a token are held under
 (:meth:`AgentAuthenticator.hold`); :meth:`AgentAuthenticator.revoke` (fed by the ``AgentTokenRevoked`` event
 every kas receives) forgets the token, refuses it for the cache lifetime, and cancels those RPCs, which
 closes the token's tunnels and configuration streams at once instead of after the cache expires.
+
+A kas can miss that event (frozen or cut from Redis while it was published), so what it trusts is re-validated
+periodically (:meth:`AgentAuthenticator.revalidate`, issue 27 item 6): against the revocation list in Redis,
+and, for a token that holds RPCs once its cached answer has expired, against the hub again.
+
+The refusal cache is read on an RPC's path: a stalled Redis is given up within
+:data:`~tether.tool.circuit_breaker.STALL_S` (issue 27 item 5) and the hub is asked instead.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from typing import Any, Protocol
 
 import aiohttp
@@ -28,6 +35,7 @@ import grpc
 from cachetools import TTLCache
 
 from tether.modserver.gitlab_client import AgentInfo, GitlabClient, GitlabClientError, GitlabTimeout
+from tether.tool.circuit_breaker import CircuitBreaker, CircuitOpen
 from tether.tool.grpc_meta import MetadataIn
 from tether.tool.jwt_auth import reject_handler
 from tether.tool.logs import bind_for_task, connection_id_from
@@ -53,6 +61,9 @@ class ValueStore(Protocol):
     async def set_value(self, key: bytes, value: bytes, ttl_s: float) -> None:
         """Store ``value`` for ``ttl_s`` seconds."""
 
+    async def ping(self) -> None:
+        """Return when the store answers; raise when it does not."""
+
 
 class AuthError(StatusError):
     """Authentication failed; ``code`` and ``message`` are the gRPC status to answer with."""
@@ -77,6 +88,10 @@ def bearer_token(metadata: MetadataIn | None) -> str:
 
 #: Most successful answers kept in memory; beyond, the least recently used are dropped.
 MAX_CACHED_TOKENS = 10_000
+#: Hub calls one re-validation round makes at once (tokens whose cached answer expired together).
+REVALIDATION_CONCURRENCY = 10
+#: Refusals that end a token's RPCs when the hub gives them on re-validation.
+_REFUSED = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.NOT_FOUND})
 
 
 def token_digest(token: str) -> bytes:
@@ -96,10 +111,11 @@ class _Held:
     generator's frame cost kas about 1 KiB each at 10,000 agents (issue 9).
     """
 
-    __slots__ = ("_auth", "_digest", "_task", "_tasks")
+    __slots__ = ("_auth", "_digest", "_task", "_tasks", "_token")
 
-    def __init__(self, auth: AgentAuthenticator, digest: bytes, task: asyncio.Task[Any]) -> None:
+    def __init__(self, auth: AgentAuthenticator, token: str, digest: bytes, task: asyncio.Task[Any]) -> None:
         self._auth = auth
+        self._token = token
         self._digest = digest
         self._task = task
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -107,12 +123,14 @@ class _Held:
     def __enter__(self) -> None:
         self._tasks = self._auth._held.setdefault(self._digest, set())
         self._tasks.add(self._task)
+        self._auth._tokens.setdefault(self._digest, self._token)  # to ask the hub again on re-validation
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         auth, digest, task = self._auth, self._digest, self._task
         self._tasks.discard(task)
         if not self._tasks and auth._held.get(digest) is self._tasks:
             del auth._held[digest]
+            auth._tokens.pop(digest, None)
         # grpc.aio sends no status for a handler that ends cancelled, so the peer would hang until its deadline:
         # a cancellation caused by the revocation becomes UNAUTHENTICATED instead.
         cancelled = kind is not None and issubclass(kind, asyncio.CancelledError)
@@ -147,6 +165,9 @@ class AgentAuthenticator:
         # Recently revoked tokens stay refused for as long as an answer could have been cached anywhere.
         self._revoked: TTLCache[bytes, bool] = TTLCache(MAX_CACHED_TOKENS, max(ttl_s, error_ttl_s, 60.0))
         self._held: dict[bytes, set[asyncio.Task[Any]]] = {}
+        #: The token of each digest in ``_held``, while it holds RPCs (the RPCs' metadata carries it anyway).
+        self._tokens: dict[bytes, str] = {}
+        self._errors_breaker = CircuitBreaker("agent_info_errors", errors.ping) if errors is not None else None
 
     async def authenticate(self, metadata: MetadataIn | None) -> AgentInfo:
         """Authenticate the RPC whose metadata is given.
@@ -156,7 +177,9 @@ class AgentAuthenticator:
                 NOT_FOUND, or UNAVAILABLE when the hub cannot be reached.
         """
         token = bearer_token(metadata)
-        digest = token_digest(token)
+        return await self._authenticate(token, token_digest(token))
+
+    async def _authenticate(self, token: str, digest: bytes) -> AgentInfo:
         if digest in self._revoked:
             raise AuthError(grpc.StatusCode.UNAUTHENTICATED, _MESSAGES[401])
         cached = self._cache.get(digest) if self._cache is not None else None
@@ -187,12 +210,13 @@ class AgentAuthenticator:
         Raises:
             AuthError: UNAUTHENTICATED when the token was revoked meanwhile, or the metadata has no token.
         """
-        digest = token_digest(bearer_token(metadata))
+        token = bearer_token(metadata)
+        digest = token_digest(token)
         if digest in self._revoked:
             raise AuthError(grpc.StatusCode.UNAUTHENTICATED, _MESSAGES[401])
         task = asyncio.current_task()
         assert task is not None
-        return _Held(self, digest, task)
+        return _Held(self, token, digest, task)
 
     def revoke(self, digests: Iterable[bytes]) -> int:
         """Forget and refuse the tokens with these SHA-256 digests; cancel the RPCs opened with them.
@@ -205,10 +229,53 @@ class AgentAuthenticator:
             self._revoked[digest] = True
             if self._cache is not None:
                 self._cache.pop(digest, None)
+            self._tokens.pop(digest, None)
             for task in self._held.pop(digest, set()):
                 task.cancel()
                 cancelled += 1
         return cancelled
+
+    async def revalidate(self, revoked: Collection[bytes]) -> list[bytes]:
+        """Re-check the tokens this kas trusts; call every ``agent.token_revalidation_period`` (issue 27 item 6).
+
+        1. Every digest of ``revoked`` (the revocation list in Redis) that is cached here or holds RPCs is
+           revoked (:meth:`revoke`): this is how a kas that missed the ``AgentTokenRevoked`` event catches up.
+        2. Every token that holds RPCs (tunnels, configuration streams) but whose cached answer has expired is
+           asked to the hub again, :data:`REVALIDATION_CONCURRENCY` at a time; one the hub refuses (401, 403,
+           404) is revoked, so a tunnel never outlives ``info_cache_ttl`` plus one period even when no kas
+           heard of the revocation. A hub that cannot be reached ends nothing.
+
+        Args:
+            revoked: SHA-256 digests (32 bytes) of revoked tokens.
+
+        Returns:
+            The digests the hub refused in step 2 (for the caller to add to the revocation list).
+        """
+        known = [d for d in revoked if d in self._held or (self._cache is not None and d in self._cache)]
+        if known:
+            closed = self.revoke(known)
+            log.info("agent tokens found on the revocation list", extra={"tokens": len(known), "rpcs_closed": closed})
+        stale = [(d, t) for d, t in self._tokens.items() if self._cache is None or d not in self._cache]
+        if not stale:
+            return []
+        slots = asyncio.Semaphore(REVALIDATION_CONCURRENCY)
+
+        async def refused(digest: bytes, token: str) -> bool:
+            async with slots:
+                try:
+                    await self._authenticate(token, digest)
+                except AuthError as exc:
+                    return exc.code in _REFUSED
+                return False
+
+        outcomes = await asyncio.gather(*(refused(d, t) for d, t in stale))
+        gone = [digest for (digest, _), no in zip(stale, outcomes, strict=True) if no]
+        if gone:
+            closed = self.revoke(gone)
+            log.info(
+                "agent tokens refused by the hub on re-validation", extra={"tokens": len(gone), "rpcs_closed": closed}
+            )
+        return gone
 
     async def _lookup(self, token: str) -> AgentInfo:
         key = token_key(self._prefix, token)
@@ -237,19 +304,30 @@ class AgentAuthenticator:
             ) from exc
 
     async def _safe_get(self, key: bytes) -> bytes | None:
-        assert self._errors is not None
+        errors, breaker = self._errors, self._errors_breaker
+        assert errors is not None and breaker is not None
         try:
-            return await self._errors.get_value(key)
+            return await breaker.call(lambda: errors.get_value(key))
+        except CircuitOpen:
+            return None
         except Exception:
             log.exception("reading the agent error cache failed")
             return None
 
     async def _safe_set(self, key: bytes, value: bytes) -> None:
-        assert self._errors is not None
+        errors, breaker = self._errors, self._errors_breaker
+        assert errors is not None and breaker is not None
         try:
-            await self._errors.set_value(key, value, self._error_ttl_s)
+            await breaker.call(lambda: errors.set_value(key, value, self._error_ttl_s))
+        except CircuitOpen:
+            return
         except Exception:
             log.exception("writing the agent error cache failed")
+
+    async def close(self) -> None:
+        """Stop probing a stalled refusal cache."""
+        if self._errors_breaker is not None:
+            await self._errors_breaker.close()
 
     def forget(self, token: str) -> None:
         """Drop a cached success (used when a later call shows the token no longer works)."""
@@ -266,8 +344,9 @@ class AgentAuthInterceptor(grpc.aio.ServerInterceptor):
     and the ``connection_id`` agentk sent (:func:`tether.tool.logs.connection_id_from`).
 
     New RPCs per token are limited to ``connections_per_token_per_minute`` across every kas sharing the
-    limiter's Redis (upstream's ``agent.listen.connections_per_token_per_minute``; 0 turns it off); beyond,
-    RPCs get ``RESOURCE_EXHAUSTED`` before any hub call. The key is the token's SHA-256.
+    limiter's Redis (upstream's ``agent.listen.connections_per_token_per_minute``; 0 turns it off), in this
+    kas' memory while Redis fails or stalls (issue 27 item 5); beyond, RPCs get ``RESOURCE_EXHAUSTED`` before any
+    hub call. The key is the token's SHA-256.
 
     Args:
         auth: the authenticator.

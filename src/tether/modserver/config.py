@@ -172,6 +172,9 @@ class AgentCF(_Section):
     kubernetes_api: KubernetesApiCF | None = None
     info_cache_ttl: Duration = 300.0
     info_cache_error_ttl: Duration = 60.0
+    #: Tether addition (issue 27 item 6): how often kas re-checks the tokens it trusts against the revocation
+    #: list in Redis (and, once their cached answer expired, tokens holding tunnels or streams against the hub).
+    token_revalidation_period: Duration = Field(default=30.0, gt=0, le=60.0)
     redis_conn_info_ttl: Duration = 300.0
     redis_conn_info_refresh: Duration = 240.0
     redis_conn_info_gc: Duration = 600.0

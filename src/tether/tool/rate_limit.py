@@ -2,13 +2,17 @@
 
 Used for ``agent.listen.connections_per_token_per_minute`` (new agent RPCs per token, across all kas) and
 for throttling failed sign-ins and unknown tokens per source address (issue 9 item 4). Keys are digests or
-addresses, never secrets. A limiter whose storage fails lets the request through (an unreachable Redis
-must not lock every agent out) and counts the failure in ``tether_rate_limit_storage_errors_total``.
+addresses, never secrets.
+
+A check runs on a request's path, so Redis must never hold it up (issue 27 item 5): checks go through a
+:class:`~tether.tool.circuit_breaker.CircuitBreaker`, and while Redis fails or stalls (refuses connections,
+or is frozen and answers nothing) this process counts in memory instead, with the same limits, within
+milliseconds of the failure and until Redis answers again. An unreachable Redis neither locks every agent out
+nor lifts the limits; each such check counts in ``tether_rate_limit_storage_errors_total``.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
 
 from limits import RateLimitItem, RateLimitItemPerMinute
@@ -16,14 +20,15 @@ from limits.aio.storage import MemoryStorage, Storage
 from limits.aio.strategies import SlidingWindowCounterRateLimiter
 from prometheus_client import Counter
 
-__all__ = ["RATE_LIMITED", "RateLimiter", "per_minute"]
+from tether.tool.circuit_breaker import CircuitBreaker
 
-log = logging.getLogger(__name__)
+__all__ = ["RATE_LIMITED", "RateLimiter", "per_minute"]
 
 #: Requests refused by a rate limit, by limit name.
 RATE_LIMITED = Counter("tether_rate_limited_total", "Requests refused by a rate limit", ["limit"])
 _STORAGE_ERRORS = Counter(
-    "tether_rate_limit_storage_errors_total", "Rate limit checks that failed open because the storage failed"
+    "tether_rate_limit_storage_errors_total",
+    "Rate limit checks counted in this process because the shared storage failed or stalled",
 )
 
 
@@ -39,12 +44,13 @@ class RateLimiter:
         redis_url: ``redis://host:port/db``, ``rediss://...`` or ``unix:///path?db=N`` to share counts between
             replicas; None counts in process memory.
         key_prefix: prefix of the Redis keys (e.g. ``gitlab-kas:rate_limit``).
-        timeout_s: socket timeout of the Redis client, in seconds.
+        timeout_s: socket timeout of the Redis client, in seconds (the breaker gives up long before).
         pool_size: most Redis connections open at once.
-        pool_timeout_s: seconds a check waits for a free connection when all are busy (then it fails open).
+        pool_timeout_s: seconds a check waits for a free connection when all are busy (then it counts locally).
 
     The Redis pool blocks for a free connection, as kas' main Redis pool does: redis-py's default pool fails at
     once beyond its size, and when 1,000 agents connected together 700 checks failed open that way (issue 9).
+    Waiting there is not a stall while Redis keeps answering other checks (see the breaker).
     """
 
     def __init__(
@@ -55,10 +61,10 @@ class RateLimiter:
         pool_size: int = 100,
         pool_timeout_s: float = 5.0,
     ) -> None:
-        self._storage: Storage
-        if redis_url is None:
-            self._storage = MemoryStorage()
-        else:
+        self._local = SlidingWindowCounterRateLimiter(MemoryStorage())
+        self._shared: SlidingWindowCounterRateLimiter | None = None
+        self._breaker: CircuitBreaker | None = None
+        if redis_url is not None:
             import redis.asyncio as aioredis  # noqa: PLC0415 (redis-py only when configured)
             from limits.aio.storage import RedisStorage  # noqa: PLC0415
 
@@ -72,13 +78,14 @@ class RateLimiter:
                 socket_connect_timeout=timeout_s,
             )
             # limits documents ``connection_pool`` but types its options as scalars.
-            self._storage = RedisStorage(
+            storage: Storage = RedisStorage(
                 uri,
                 implementation="redispy",
                 key_prefix=key_prefix,
                 connection_pool=pool,  # type: ignore[arg-type]
             )
-        self._limiter = SlidingWindowCounterRateLimiter(self._storage)
+            self._shared = SlidingWindowCounterRateLimiter(storage)
+            self._breaker = CircuitBreaker("rate_limit", lambda: _ping(storage))
 
     async def hit(self, name: str, limit: RateLimitItem, key: str) -> bool:
         """Count one hit of ``key`` against ``limit``; False when the limit is exceeded (the hit is refused).
@@ -88,20 +95,33 @@ class RateLimiter:
             limit: e.g. :func:`per_minute` (40000).
             key: what is limited, e.g. a token digest in hex or a source address.
         """
-        return await self._check(self._limiter.hit, name, limit, key)
+        return await self._check("hit", name, limit, key)
 
     async def allows(self, name: str, limit: RateLimitItem, key: str) -> bool:
         """Whether ``key`` is under ``limit``, without counting a hit (check first; :meth:`hit` on failure)."""
-        return await self._check(self._limiter.test, name, limit, key)
+        return await self._check("test", name, limit, key)
 
-    @staticmethod
-    async def _check(check: Callable[..., Awaitable[bool]], name: str, limit: RateLimitItem, key: str) -> bool:
-        try:
-            allowed = await check(limit, name, key)
-        except Exception as exc:
-            _STORAGE_ERRORS.inc()
-            log.warning("rate limit storage failed, letting the request through: %r", exc)
-            return True
+    async def _check(self, how: str, name: str, limit: RateLimitItem, key: str) -> bool:
+        allowed: bool | None = None
+        if self._shared is not None and self._breaker is not None:
+            shared: Callable[..., Awaitable[bool]] = getattr(self._shared, how)
+            try:
+                allowed = await self._breaker.call(lambda: shared(limit, name, key))
+            except Exception:  # CircuitOpen, or the error that opened the circuit (the breaker logged it)
+                _STORAGE_ERRORS.inc()
+        if allowed is None:
+            local: Callable[..., Awaitable[bool]] = getattr(self._local, how)
+            allowed = await local(limit, name, key)
         if not allowed:
             RATE_LIMITED.labels(limit=name).inc()
         return allowed
+
+    async def close(self) -> None:
+        """Stop probing a stalled Redis."""
+        if self._breaker is not None:
+            await self._breaker.close()
+
+
+async def _ping(storage: Storage) -> None:
+    if not await storage.check():
+        raise ConnectionError("Redis did not answer PING")

@@ -49,20 +49,13 @@ async def agent_connections(state: HubState, agent_id: int) -> tuple[list[Connec
 async def announce_revoked_tokens(state: HubState, agent_id: int, digests_hex: list[str]) -> None:
     """Tell kas that these agent tokens were revoked, so every kas closes what they opened (issue 9 item 7).
 
-    Best effort after the database change is committed: without kas (not configured, down) kas still refuses
-    the tokens once its ``info_cache_ttl`` passes.
+    After the database change is committed; delivered in the background and retried until a kas acknowledges
+    (issue 27 item 6), so the answer to the user does not wait for kas. Without ``kas.api_address`` kas still
+    refuses the tokens once its ``info_cache_ttl`` passes.
     """
     if state.kas is None or not digests_hex:
         return
-    try:
-        await state.kas.revoke_agent_tokens(agent_id, digests_hex, timeout_s=state.config.kas.timeout)
-    except grpc.aio.AioRpcError as exc:
-        log.warning(
-            "kas api: announcing %d revoked token(s) of agent %d failed: %s; kas refuses them after its cache TTL",
-            len(digests_hex),
-            agent_id,
-            exc.code().name,
-        )
+    state.kas.announce_revocation(agent_id, digests_hex, timeout_s=state.config.kas.timeout)
 
 
 async def announce_workspace_changes(state: HubState, names: list[str]) -> None:

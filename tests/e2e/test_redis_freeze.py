@@ -1,0 +1,110 @@
+"""A frozen Redis does not hold up requests to agents on the kas that receives them (issue 27 item 5).
+
+Redis stopped with SIGSTOP accepts connections and answers nothing. Before, kas read the source address's
+refused-credentials counter (proxy) and the token's RPC counter (each tunnel agentk re-opens) from Redis before
+authenticating, waiting for the 3 s socket timeout each time: requests overran their own ``?timeout`` and the
+kas served a few percent of its usual rate. Now rate limits count in memory within milliseconds of the stall.
+
+Real Redis (private, frozen here), real hub, kas and agentk; the endpoint behind agentk answers a bare 404.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from tests.e2e.test_k8s_proxy_upgrade import agent_kubeconfig, client_tls
+from tests.fixtures.bulk_endpoint import Bulk
+from tests.fixtures.hub import RealHub
+from tests.fixtures.system import KasProc, System
+from tether.devenv.redis_server import RedisServer
+
+pytestmark = [pytest.mark.redis]
+
+CLIENTS = 4
+#: The request's own timeout (kas bounds the call by it) and the client's, one second more.
+REQUEST_TIMEOUT_S = 2.0
+CLIENT_DEADLINE_S = REQUEST_TIMEOUT_S + 1.0
+BEFORE_S, FROZEN_S = 5.0, 12.0
+
+
+@dataclass
+class Served:
+    outcomes: list[tuple[float, float, bool]] = field(default_factory=list)  # (started, ended, reached the agent)
+
+    def between(self, start: float, end: float) -> list[tuple[float, float, bool]]:
+        return [o for o in self.outcomes if start <= o[0] and o[1] <= end]
+
+
+async def one_request(session: aiohttp.ClientSession, kas: KasProc, agent_id: int, pat: str) -> bool:
+    """One proxied request; True when the endpoint behind agentk answered (its bare 404) within the deadline."""
+    try:
+        async with session.get(
+            kas.k8s_proxy_url + f"version?timeout={REQUEST_TIMEOUT_S:g}s",
+            headers={"Authorization": f"Bearer pat:{agent_id}:{pat}"},
+            timeout=aiohttp.ClientTimeout(total=CLIENT_DEADLINE_S),
+        ) as response:
+            return response.status == 404 and await response.read() == b""
+    except (aiohttp.ClientError, TimeoutError):
+        return False
+
+
+async def load(served: Served, kas: KasProc, agent_id: int, pat: str, stop_at: float) -> None:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_tls(kas))) as session:
+        while time.monotonic() < stop_at:
+            started = time.monotonic()
+            ok = await one_request(session, kas, agent_id, pat)
+            served.outcomes.append((started, time.monotonic(), ok))
+
+
+async def test_requests_to_local_agents_meet_their_deadline_while_redis_is_frozen(
+    system: System, kas_hub: RealHub, bulk: Bulk, tmp_path: Path
+) -> None:
+    redis = RedisServer(tmp_path / "frozen-redis").start()
+    frozen = False
+    try:
+        # Short info cache (the fixture's 1 s): agentk's tunnels keep asking the hub, reading the refusal cache.
+        kas = system.kas(redis={"server": {"address": f"127.0.0.1:{redis.port}"}})
+        agent_id, pat = 9201, "glpat-freeze-9201"
+        token = f"freeze-agent-{time.monotonic_ns()}"
+        kas_hub.add_agent(token, agent_id, 76, "freeze")
+        kas_hub.grant_proxy_access(pat, "robot", agent_id, 76)
+        kubeconfig = agent_kubeconfig(tmp_path / "agent.kubeconfig", f"http://127.0.0.1:{bulk.port}", "sa")
+        system.agentk(token, kas, "freeze", kubeconfig=kubeconfig)
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_tls(kas))) as session:
+            deadline = time.monotonic() + 60
+            while not await one_request(session, kas, agent_id, pat):
+                assert time.monotonic() < deadline, "the agent never became reachable"
+                await asyncio.sleep(0.5)
+
+        served = Served()
+        began = time.monotonic()
+        stop_at = began + BEFORE_S + FROZEN_S
+        clients = asyncio.gather(*(load(served, kas, agent_id, pat, stop_at) for _ in range(CLIENTS)))
+        await asyncio.sleep(BEFORE_S)
+        freeze_at = time.monotonic()
+        os.kill(redis.pid, signal.SIGSTOP)
+        frozen = True
+        await clients
+        thaw_at = time.monotonic()
+        os.kill(redis.pid, signal.SIGCONT)
+        frozen = False
+    finally:
+        if frozen:
+            os.kill(redis.pid, signal.SIGCONT)
+        redis.stop()
+
+    before = served.between(began, freeze_at)
+    during = served.between(freeze_at, thaw_at)
+    failed = [round(end - start, 2) for start, end, ok in during if not ok]
+    print(f"requests before the freeze: {len(before)} in {BEFORE_S:g} s; during: {len(during)} in {FROZEN_S:g} s")
+    assert before and all(ok for _, _, ok in before), "requests failed before Redis was frozen"
+    assert during, "no request ended while Redis was frozen"
+    assert not failed, f"{len(failed)} of {len(during)} requests failed or overran their deadline: {failed[:10]}"
