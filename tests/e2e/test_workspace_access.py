@@ -89,7 +89,14 @@ class Env:
         )
         self.kubectl.run("apply", "-f", "-", input_text=manifest)
 
-    def seed(self, name: str, actual: str = "Running", agent_id: int | None = None, message: str = "") -> int:
+    def seed(
+        self,
+        name: str,
+        actual: str = "Running",
+        agent_id: int | None = None,
+        message: str = "",
+        desired: str = "Running",
+    ) -> int:
         return seed_workspace(
             self.system.hub,
             agent_id=agent_id or self.agent_id,
@@ -98,6 +105,7 @@ class Env:
             name=name,
             namespace=self.namespace,
             actual=actual,
+            desired=desired,
             message=message,
         )
 
@@ -275,14 +283,17 @@ async def test_a_workspace_that_is_not_running_answers_with_its_state(connected:
     env = connected
     before = await env.editor_count()
     async with browser() as client:
-        for actual, code, kind in (
-            ("Stopped", 503, "stopped"),
-            ("Starting", 503, "starting"),
-            ("Failed", 503, "failed"),
-            ("Terminated", 410, "terminated"),
+        for actual, desired, code, kind in (
+            ("Stopped", "Stopped", 503, "stopped"),
+            # Just started: agentk has not reported it yet, so the page asks to retry instead of to start it.
+            ("Stopped", "Running", 503, "starting"),
+            ("Starting", "Running", 503, "starting"),
+            ("Failed", "Running", 503, "failed"),
+            ("Terminated", "Terminated", 410, "terminated"),
         ):
             name = unique(kind)
-            env.seed(name, actual, message="ImagePullBackOff: image not found" if kind == "failed" else "")
+            failure = "ImagePullBackOff: image not found" if kind == "failed" else ""
+            env.seed(name, actual, message=failure, desired=desired)
             async with client.get(env.host_url("/", name=name), headers=env.owner_auth) as response:
                 assert response.status == code
                 answer = await response.json()

@@ -196,3 +196,36 @@ def test_ids_out_of_range_or_not_ascii_are_4xx_never_500(hub: RealHub, setup: Se
                 response = internal.post("authorize_proxy_user", json=body, headers=hub.kas_headers())
             assert response.status_code in (400, 401, 404), (agent_id, response.status_code, response.text)
     assert hub.db.snapshot(ignore=IGNORE) == before
+
+
+#: A file written for GitLab (issue 22 item 6): sections Tether does not serve beside one it does.
+GITLAB_CONFIG = b"""gitops:
+  manifest_projects: [{id: platform/manifests}]
+ci_access:
+  projects: [{id: platform/app}]
+starboard:
+  vulnerability_report: {namespaces: [default]}
+user_access:
+  access_as: {agent: {}}
+  projects: [{id: platform/clusters}]
+"""
+
+
+def test_gitlab_config_is_accepted_with_a_warning_per_ignored_section(hub: RealHub, setup: Setup) -> None:
+    config = f"/projects/{setup.project_id}/cluster_agents/{setup.agent_id}/configuration"
+    api = hub.api()
+    response = api.put(config, content=GITLAB_CONFIG)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert [w.split(":")[0] for w in body["warnings"]] == [
+        "configuration.gitops",
+        "configuration.ci_access",
+        "configuration.starboard",
+    ]
+    assert all("not served by Tether" in w for w in body["warnings"])
+    # Kept as written, served only where Tether acts on them.
+    assert set(body["configuration"]) == {"user_access"}
+    assert body["content"] == GITLAB_CONFIG.decode()
+    # A typo in a section's name is still refused, not ignored.
+    typo = api.put(config, content=b"user_acess:\n  access_as: {agent: {}}\n")
+    assert typo.status_code == 400 and typo.json()["message"] == {"configuration.user_acess": ["unknown field"]}

@@ -87,6 +87,11 @@ def test_cli_bootstrap_register_configure_and_serve(hub_database_url: str, tmp_p
     config = tmp_path / "agent.yaml"
     config.write_text("user_access:\n  access_as: {agent: {}}\n  projects: [{id: platform/clusters}]\n")
     assert "version 1" in tether(*hub, "agent", "config-set", "platform/clusters", "prod", str(config)).stdout
+    config.write_text("starboard: {}\nuser_access:\n  access_as: {agent: {}}\n")
+    gitlab = tether(*hub, "agent", "config-set", "platform/clusters", "prod", str(config))
+    assert "version 2" in gitlab.stdout and "warning: configuration.starboard: accepted but not" in gitlab.stderr
+    config.write_text("user_access:\n  access_as: {agent: {}}\n  projects: [{id: platform/clusters}]\n")
+    assert "version 3" in tether(*hub, "agent", "config-set", "platform/clusters", "prod", str(config)).stdout
     config.write_text("user_access:\n  access_as: agent\n")
     bad = tether(*hub, "agent", "config-set", "platform/clusters", "prod", str(config), check=False)
     assert bad.returncode == 1 and "user_access.access_as" in bad.stderr

@@ -4,6 +4,10 @@ The YAML is read into plain data and parsed with protobuf JSON rules into ``agen
 does; Tether then applies the rules GitLab enforces when it uses ``user_access`` (``AuthorizeProxyUserService``):
 ``access_as`` present, with exactly one of ``agent`` or ``user``, and projects/groups given by full path. Every
 error names the field (``user_access.access_as: ...``).
+
+A file written for GitLab may carry sections Tether does not serve (:data:`GITLAB_ONLY_SECTIONS`): they are
+accepted with one warning each, so that a user moving an agent from GitLab keeps their file; any other unknown
+top-level key is still refused, so that a typo in a served section's name is not silently ignored.
 """
 
 from __future__ import annotations
@@ -29,6 +33,16 @@ _FIELD = "configuration"
 _CHAIN = re.compile(r"Failed to parse (\w+) field: ")
 _LOCATION = re.compile(r' at "?ConfigurationFile\.?([\w\[\]]+(?:\.[\w\[\]]+)*)?"?\.*$')
 _UNKNOWN = re.compile(r'has no field named "([^"]+)"')
+#: GitLab agent configuration sections Tether does not serve -> what GitLab uses them for. They are kept in the
+#: stored text but left out of the validated document: their insides follow GitLab's schema of the day (newer or
+#: older than our protobuf), and no Tether module reads them.
+GITLAB_ONLY_SECTIONS = {
+    "gitops": "GitLab's pull-based GitOps",
+    "ci_access": "GitLab CI/CD access to the cluster",
+    "container_scanning": "GitLab's operational container scanning",
+    "starboard": "GitLab's former Starboard scanning",
+    "flux": "GitLab's Flux integration",
+}
 
 
 @dataclass(frozen=True)
@@ -42,6 +56,7 @@ class ValidConfiguration:
 
     content: str
     document: dict[str, Any]
+    warnings: tuple[str, ...] = ()
 
 
 def parse_configuration(content: str) -> ValidConfiguration:
@@ -49,6 +64,10 @@ def parse_configuration(content: str) -> ValidConfiguration:
 
     Args:
         content: YAML text, at most 131072 bytes (UTF-8). Empty text is an empty configuration.
+
+    Returns:
+        the configuration, with one warning per section of :data:`GITLAB_ONLY_SECTIONS` present
+        (``configuration.gitops: accepted but not served by Tether (GitLab's pull-based GitOps)``).
 
     Raises:
         BadRequest: on field ``configuration`` or a path inside it (``configuration.user_access.access_as``),
@@ -64,6 +83,12 @@ def parse_configuration(content: str) -> ValidConfiguration:
         data = {}
     if not isinstance(data, dict):
         raise BadRequest.field(_FIELD, f"must be a mapping at the top level, not {_kind(data)}")
+    warnings = tuple(
+        f"{_FIELD}.{key}: accepted but not served by Tether ({what})"
+        for key, what in GITLAB_ONLY_SECTIONS.items()
+        if key in data
+    )
+    data = {key: value for key, value in data.items() if key not in GITLAB_ONLY_SECTIONS}
     _check_user_access(data)
     _check_shapes(data, ConfigurationFile.DESCRIPTOR, _FIELD)
     try:
@@ -79,7 +104,7 @@ def parse_configuration(content: str) -> ValidConfiguration:
     except ValueError as exc:
         where, _, problem = str(exc).partition(": ")
         raise BadRequest.field(f"{_FIELD}.{where}", problem) from exc
-    return ValidConfiguration(content=content, document=document)
+    return ValidConfiguration(content=content, document=document, warnings=warnings)
 
 
 def _check_user_access(data: dict[str, Any]) -> None:

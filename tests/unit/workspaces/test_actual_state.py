@@ -10,7 +10,12 @@ from typing import Any
 
 import pytest
 
-from tether.modules.remote_development.actual_state import calculate, calculate_with_failure, explain_failure
+from tether.modules.remote_development.actual_state import (
+    Failure,
+    calculate,
+    calculate_with_failure,
+    explain_failure,
+)
 from tether.modules.remote_development.states import ACTUAL_STATES, DESIRED_STATES, State
 
 
@@ -132,7 +137,10 @@ def test_failure_reasons_tether() -> None:
     state, failure = calculate_with_failure(quota, None, None, None)
     assert state == State.FAILED and failure is not None and "exceeded quota" in failure.message
     deadline = dep(["Progressing/ProgressDeadlineExceeded"], 1)
-    assert explain_failure(deadline, None) is not None
+    assert explain_failure(deadline, None) == Failure("ProgressDeadlineExceeded", "")
+    # Past the deadline the pod's own reason stays the one shown, as long as the pod reports it.
+    still = explain_failure(deadline, {"reason": "ImagePullBackOff", "message": "registry.invalid/x: not found"})
+    assert still == Failure("ImagePullBackOff", "registry.invalid/x: not found")
     # Running, stopped, terminating and errors are never turned into Failed.
     running = dep([P_AVAIL, A_MIN], 1, 1)
     assert calculate_with_failure(running, None, None, {"reason": "CrashLoopBackOff"}) == (State.RUNNING, None)

@@ -290,7 +290,8 @@ class ConfigurationOut(BaseModel):
     """An agent's configuration file (Tether endpoint).
 
     ``content`` is the YAML as written; ``configuration`` the validated ``ConfigurationFile`` (protobuf JSON,
-    snake_case); ``commit_id`` changes with every version, as kas sees it.
+    snake_case); ``commit_id`` changes with every version, as kas sees it. ``warnings`` (on a ``PUT``) names the
+    sections accepted but not served by Tether.
     """
 
     agent_id: int
@@ -300,6 +301,7 @@ class ConfigurationOut(BaseModel):
     configuration: dict[str, Any]
     updated_at: datetime | None
     updated_by_user_id: int | None
+    warnings: list[str] = []
 
 
 def configuration_out(agent: ClusterAgent, view: ConfigurationView) -> ConfigurationOut:
@@ -313,4 +315,5 @@ def configuration_out(agent: ClusterAgent, view: ConfigurationView) -> Configura
         configuration=row.document if row else {},
         updated_at=row.updated_at if row else None,
         updated_by_user_id=row.updated_by_user_id if row else None,
+        warnings=list(view.warnings),
     )

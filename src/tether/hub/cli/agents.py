@@ -118,11 +118,13 @@ def agent_config_set(hub: HubContext, project: str, name: str, file: Path) -> No
     """Set the configuration of agent NAME of PROJECT from FILE (YAML, upstream config.yaml schema)."""
     content = file.read_text()
 
-    async def work(session: AsyncSession, op: Principal) -> int:
-        view = await agents.set_configuration(session, op, await _agent(session, op, project, name), content)
-        return view.version
+    async def work(session: AsyncSession, op: Principal) -> agents.ConfigurationView:
+        return await agents.set_configuration(session, op, await _agent(session, op, project, name), content)
 
-    click.echo(f"configuration of agent {name} is now version {in_transaction(hub, work)}")
+    view = in_transaction(hub, work)
+    for warning in view.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    click.echo(f"configuration of agent {name} is now version {view.version}")
 
 
 @agent_group.command("config-show")

@@ -150,11 +150,13 @@ class ConfigurationView:
         version: 0 before any configuration was set, then 1, 2, ...
         commit_id: a version identifier that changes whenever the configuration changes (kas compares it).
         row: the stored document, or None before any configuration was set.
+        warnings: what the last validation accepted without serving (sections only GitLab acts on).
     """
 
     version: int
     commit_id: str
     row: AgentConfiguration | None
+    warnings: tuple[str, ...] = ()
 
 
 def commit_id(agent_id: int, version: int) -> str:
@@ -197,4 +199,8 @@ async def set_configuration(
         row.updated_at = utcnow()
     await session.flush()
     log.info("configuration of agent %d is now version %d", agent.id, row.version)
-    return ConfigurationView(version=row.version, commit_id=commit_id(agent.id, row.version), row=row)
+    for warning in valid.warnings:
+        log.warning("configuration of agent %d: %s", agent.id, warning)
+    return ConfigurationView(
+        version=row.version, commit_id=commit_id(agent.id, row.version), row=row, warnings=valid.warnings
+    )

@@ -137,8 +137,8 @@ def explain_failure(deployment: Mapping[str, Any] | None, pod_failure: Mapping[s
             agentk from the workspace's pods (waiting/terminated container reasons, unschedulable), or None.
 
     Sources, in order: the Deployment's ``ReplicaFailure`` condition (quota, admission: pods cannot even be
-    created), ``Progressing`` with ``ProgressDeadlineExceeded``, then the pod problem when its reason is one
-    of :data:`FAILING_POD_REASONS`.
+    created), then the pod problem when its reason is one of :data:`FAILING_POD_REASONS` (specific for as long
+    as the cause lasts), then ``Progressing`` with ``ProgressDeadlineExceeded``.
     """
     conditions: list[Any] = []
     if isinstance(deployment, Mapping) and isinstance(deployment.get("status"), Mapping):
@@ -149,11 +149,13 @@ def explain_failure(deployment: Mapping[str, Any] | None, pod_failure: Mapping[s
         return Failure(
             str(replica_failure.get("reason") or "ReplicaFailure"), str(replica_failure.get("message") or "")
         )
+    # The pod's own reason comes before the Deployment's deadline: once the deadline passes (600 s by default,
+    # 120 s in tests) it would otherwise replace "ImagePullBackOff: ..." with a generic word while the cause lasts.
+    if isinstance(pod_failure, Mapping) and pod_failure.get("reason") in FAILING_POD_REASONS:
+        return Failure(str(pod_failure["reason"]), str(pod_failure.get("message") or "")[:1024])
     progressing = _condition(conditions, "Progressing")
     if progressing is not None and progressing.get("reason") == "ProgressDeadlineExceeded":
         return Failure("ProgressDeadlineExceeded", str(progressing.get("message") or ""))
-    if isinstance(pod_failure, Mapping) and pod_failure.get("reason") in FAILING_POD_REASONS:
-        return Failure(str(pod_failure["reason"]), str(pod_failure.get("message") or "")[:1024])
     return None
 
 

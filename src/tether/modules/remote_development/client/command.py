@@ -7,6 +7,7 @@ The hub URL comes from ``--hub`` or ``TETHER_HUB_URL``, the personal access toke
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -16,12 +17,20 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from ..states import ACTUAL_STATES, State
+
 GID = "gid://gitlab/RemoteDevelopment::Workspace/"
 _FIELDS = (
     "id name namespace desiredState actualState actualStateMessage actualStateUpdatedAt url "
     "clusterAgent { id name } projectId user { username } createdAt"
 )
 _TIMEOUT_S = 30.0
+#: GitLab's wording for a workspace that does not exist or is someone else's; ``show`` and every change use it.
+NOT_FOUND = "does not exist or you don't have permission to perform this action"
+#: Seconds between two reads of a workspace's state while ``--wait`` follows it.
+_POLL_S = 1.0
+#: Actual states that end a ``--wait`` without reaching the desired state (seed 003 "Workspace states").
+_FAILED_STATES = frozenset({State.FAILED, State.ERROR})
 
 
 class Hub:
@@ -110,6 +119,76 @@ def workspace_command(ctx: click.Context, hub_url: str | None, token: str | None
     ctx.obj = Options(hub_url, token)
 
 
+def _call_on(options: Options, workspace_id: str, query: str, variables: dict[str, Any]) -> dict[str, Any]:
+    """Run ``query`` about one workspace; a not-found refusal is worded as ``show`` words it.
+
+    Raises:
+        click.ClickException: as :meth:`Hub.call`; "workspace N does not exist or ..." for a workspace that does
+            not exist or is someone else's (the hub does not tell the two apart, GitLab's rule).
+    """
+    try:
+        return options.hub().call(query, variables)
+    except click.ClickException as exc:
+        if NOT_FOUND in exc.message:
+            raise click.ClickException(f"workspace {workspace_id} {NOT_FOUND}") from exc
+        raise
+
+
+def _target(desired: str) -> str:
+    """The actual state a ``--wait`` waits for: a restart ends Running (seed 003 "Workspace states")."""
+    return State.RUNNING.value if desired == State.RESTART_REQUESTED else desired
+
+
+def _wait(options: Options, workspace: dict[str, Any], timeout_s: float) -> None:
+    """Print each actual state change of ``workspace`` until it reaches its desired state.
+
+    Raises:
+        click.ClickException: the workspace failed (its reason is printed), vanished, or ``timeout_s`` seconds
+            passed first.
+    """
+    target = _target(workspace["desiredState"])
+    ref = workspace["id"].removeprefix(GID)
+    query = f"query($id: ID!) {{ workspace(id: $id) {{ {_FIELDS} }} }}"
+    deadline = time.monotonic() + timeout_s
+    seen: tuple[str, str] | None = None
+    while True:
+        state = workspace["actualState"]
+        reason = workspace.get("actualStateMessage") or ""
+        if (state, reason) != seen:
+            seen = (state, reason)
+            click.echo(f"{workspace['name']}: {state}" + (f" ({reason})" if reason else ""))
+        if state == target:
+            return
+        if state in _FAILED_STATES:
+            raise click.ClickException(f"{workspace['name']} is {state}, not {target}: {reason or 'no reason given'}")
+        if time.monotonic() >= deadline:
+            raise click.ClickException(
+                f"{workspace['name']} is still {state} after {timeout_s:g} s (waiting for {target})"
+            )
+        time.sleep(_POLL_S)
+        found = _call_on(options, ref, query, {"id": workspace["id"]})["workspace"]
+        if found is None:
+            raise click.ClickException(f"workspace {ref} {NOT_FOUND}")
+        workspace = found
+
+
+def _wait_options(command: Any) -> Any:
+    """``--wait`` and ``--timeout``, shared by create and the state changes."""
+    command = click.option(
+        "--timeout",
+        "timeout_s",
+        type=click.FloatRange(min=1),
+        default=600.0,
+        show_default=True,
+        help="Seconds --wait waits before it gives up (the workspace keeps going).",
+    )(command)
+    return click.option(
+        "--wait",
+        is_flag=True,
+        help="Print the state changes until the desired state is reached; exit 1 with the reason if it fails.",
+    )(command)
+
+
 @workspace_command.command("create")
 @click.option("--agent", "agent_id", type=int, required=True, help="Cluster agent id.")
 @click.option("--project", "project_id", type=int, required=True, help="Project id.")
@@ -118,6 +197,7 @@ def workspace_command(ctx: click.Context, hub_url: str | None, token: str | None
 @click.option("--ref", default="main", show_default=True, help="Branch or tag recorded with the workspace.")
 @click.option("--stopped", is_flag=True, help="Create it stopped instead of running.")
 @click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@_wait_options
 @click.pass_obj
 def create(
     options: Options,
@@ -128,6 +208,8 @@ def create(
     ref: str,
     stopped: bool,
     output: str,
+    wait: bool,
+    timeout_s: float,
 ) -> None:
     """Ask for a new workspace; prints it (state CreationRequested until agentk reports)."""
     query = (
@@ -144,11 +226,33 @@ def create(
             "name": name,
         }
     }
-    _show(_payload(options.hub().call(query, variables), "workspaceCreate"), output)
+    workspace = _payload(options.hub().call(query, variables), "workspaceCreate")
+    _show(workspace, output)
+    if wait:
+        _wait(options, workspace, timeout_s)
+
+
+def _canonical_states(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    """``--state`` values in any case, named as the hub stores them.
+
+    Raises:
+        click.BadParameter: not an actual state (the message lists them); the filter would match nothing.
+    """
+    by_folded = {state.value.casefold(): state.value for state in ACTUAL_STATES}
+    unknown = [value for value in values if value.casefold() not in by_folded]
+    if unknown:
+        raise click.BadParameter(f"{', '.join(map(repr, unknown))}: not one of {', '.join(sorted(by_folded.values()))}")
+    return tuple(by_folded[value.casefold()] for value in values)
 
 
 @workspace_command.command("list")
-@click.option("--state", "states", multiple=True, help="Only these actual states (repeatable).")
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    callback=_canonical_states,
+    help="Only these actual states, in any case (repeatable), e.g. running, failed.",
+)
 @click.option("--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.pass_obj
 def list_(options: Options, states: tuple[str, ...], output: str) -> None:
@@ -159,7 +263,10 @@ def list_(options: Options, states: tuple[str, ...], output: str) -> None:
         click.echo(json.dumps(nodes, indent=2))
         return
     table = Table(title=f"{len(nodes)} workspaces", title_justify="left")
-    for column in ("id", "name", "agent", "desired", "actual", "reason"):
+    # Ids and names are what a user copies into the next command: never cut or folded.
+    for column in ("id", "name"):
+        table.add_column(column, no_wrap=True, min_width=max((len(n[column]) for n in nodes), default=0))
+    for column in ("agent", "desired", "actual", "reason"):
         table.add_column(column)
     for n in nodes:
         table.add_row(
@@ -170,7 +277,11 @@ def list_(options: Options, states: tuple[str, ...], output: str) -> None:
             n["actualState"],
             n["actualStateMessage"],
         )
-    Console(soft_wrap=True).print(table)
+    console = Console(soft_wrap=True)
+    if not console.is_terminal:
+        # Piped: no terminal width to respect, so nothing is truncated to rich's 80-column default.
+        console = Console(soft_wrap=True, width=10_000)
+    console.print(table)
 
 
 @workspace_command.command("show")
@@ -179,23 +290,28 @@ def list_(options: Options, states: tuple[str, ...], output: str) -> None:
 @click.pass_obj
 def show(options: Options, workspace_id: str, output: str) -> None:
     """Show one workspace by id."""
-    data = options.hub().call(f"query($id: ID!) {{ workspace(id: $id) {{ {_FIELDS} }} }}", {"id": _gid(workspace_id)})
+    query = f"query($id: ID!) {{ workspace(id: $id) {{ {_FIELDS} }} }}"
+    data = _call_on(options, workspace_id, query, {"id": _gid(workspace_id)})
     if data["workspace"] is None:
-        raise click.ClickException(f"workspace {workspace_id} not found (or not yours)")
+        raise click.ClickException(f"workspace {workspace_id} {NOT_FOUND}")
     _show(data["workspace"], output)
 
 
 def _state_command(name: str, state: str, help_text: str) -> None:
     @workspace_command.command(name, help=help_text)
     @click.argument("workspace_id")
+    @_wait_options
     @click.pass_obj
-    def change(options: Options, workspace_id: str) -> None:
+    def change(options: Options, workspace_id: str, wait: bool, timeout_s: float) -> None:
         query = (
             "mutation($id: ID!, $s: String!) { workspaceUpdate(input: {id: $id, desiredState: $s}) "
             f"{{ errors workspace {{ {_FIELDS} }} }} }}"
         )
-        workspace = _payload(options.hub().call(query, {"id": _gid(workspace_id), "s": state}), "workspaceUpdate")
+        data = _call_on(options, workspace_id, query, {"id": _gid(workspace_id), "s": state})
+        workspace = _payload(data, "workspaceUpdate")
         click.echo(f"{workspace['name']}: desired {workspace['desiredState']}, actual {workspace['actualState']}")
+        if wait:
+            _wait(options, workspace, timeout_s)
 
 
 _state_command("start", "Running", "Start a stopped workspace (desired Running).")

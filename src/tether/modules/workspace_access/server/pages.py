@@ -43,6 +43,9 @@ _STATES: dict[str, tuple[str, int, str]] = {
     "Terminated": ("terminated", 410, "was terminated"),
 }
 _UNKNOWN = ("unknown", 503, "is in an unknown state")
+#: Desired states under which a stopped workspace is on its way up: agentk has not reported the start yet
+#: (one partial reconciliation, seconds), so the page says "starting" and asks to retry, not to start it.
+_STARTING_DESIRED = frozenset({"Running", "RestartRequested"})
 _ADVICE = {
     "starting": "This page reloads itself until the workspace runs.",
     "stopped": "Start it from the console, or with the GraphQL mutation below, then reload this page.",
@@ -99,6 +102,8 @@ class WorkspaceStatePage:
     def answer(self, request: web.BaseRequest, ws: WorkspaceAuthorization) -> web.Response:
         """The page (or JSON) for workspace ``ws``, which is not running."""
         kind, code, what = _STATES.get(ws.actual_state, _UNKNOWN)
+        if kind == "stopped" and ws.desired_state in _STARTING_DESIRED:
+            kind, what = "starting", "is starting"
         gid = f"gid://gitlab/RemoteDevelopment::Workspace/{ws.workspace_id}"
         mutation = f'mutation {{ workspaceUpdate(input: {{id: "{gid}", desiredState: "Running"}}) {{ errors }} }}'
         headers = dict(_HEADERS)
