@@ -310,6 +310,12 @@ async def bring_up(options: UpOptions, progress: Progress, running: Running) -> 
         "hub": f"{hub_url}/api/v4  (PRIVATE-TOKEN in {admin_file})",
         "kas": f"agent grpc://127.0.0.1:{KAS_PORTS['agent']}, Kubernetes API proxy {proxy_url}",
         "workspaces": f"http://127.0.0.1:{KAS_PORTS['workspaces']}/-/workspaces/<workspace name>/<port>/",
+        # glab keeps a cluster entry's other fields when it rewrites the server, so this survives re-runs.
+        "glab users": (
+            "after `glab cluster agent update-kubeconfig --use-context ...`, trust kas' CA once: kubectl config "
+            "set-cluster \"$(kubectl config view --minify -o jsonpath='{.clusters[0].name}')\" "
+            f"--certificate-authority={shlex.quote(str(proxy_tls.ca_cert))} --embed-certs"
+        ),
         "logs": str(logs),
     }
 
