@@ -9,13 +9,14 @@ import subprocess
 import time
 from pathlib import Path
 
+import grpc
 import httpx
 import pytest
 
 from tests.fixtures.k8s import cluster_assets
 from tests.fixtures.system import TETHER
 from tether.devenv.process import pid_alive
-from tether.devenv.up import HUB_PORT
+from tether.devenv.up import GITALY_PORT, HUB_PORT
 
 pytestmark = pytest.mark.k8s
 
@@ -58,6 +59,9 @@ def test_tether_up_then_kubectl_through_kas_then_ctrl_c(
         assert metadata["kas"]["enabled"] is True
         assert metadata["kas"]["externalK8sProxyUrl"] in server
         assert metadata["kas"]["externalUrl"].startswith("grpc://127.0.0.1:")
+        # The Gitaly-compatible service upstream kas reads agent configuration from is on (issue 22 item 6).
+        with grpc.insecure_channel(f"127.0.0.1:{GITALY_PORT}") as channel:
+            grpc.channel_ready_future(channel).result(timeout=30)
         children = [int(p) for p in re.findall(r"pid (\d+)", output)]
     finally:
         up.send_signal(signal.SIGINT)

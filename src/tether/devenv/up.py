@@ -34,6 +34,8 @@ from tether.tool.secrets import write_base64_secret
 Progress = Callable[[str], None]
 TETHER = str(Path(sys.executable).parent / "tether")
 HUB_PORT = 8080
+#: The hub's Gitaly-compatible service (Gitaly's own default port), where upstream kas reads agent configuration.
+GITALY_PORT = 8075
 #: kas listeners of replica ``i`` are the upstream defaults plus ``20 * i``.
 KAS_PORTS = {
     "agent": 8150,
@@ -242,6 +244,8 @@ async def bring_up(options: UpOptions, progress: Progress, running: Running) -> 
         # The console opens workspaces in kas' path form (no wildcard DNS on a laptop).
         TETHER_HUB_KAS_WORKSPACES_URL=f"http://127.0.0.1:{KAS_PORTS['workspaces']}/",
         TETHER_HUB_KAS_K8S_PROXY_CA_FILE=str(proxy_tls.ca_cert),
+        # On, so that an upstream kas pointed at this hub serves agents their configuration (docs/interop.md).
+        TETHER_HUB_GITALY_LISTEN=f"127.0.0.1:{GITALY_PORT}",
     )
     hub_base = [TETHER, "hub", "--data-dir", str(state / "hub")]
     progress("starting the hub (SQLite)")
@@ -306,6 +310,12 @@ async def bring_up(options: UpOptions, progress: Progress, running: Running) -> 
         "hub": f"{hub_url}/api/v4  (PRIVATE-TOKEN in {admin_file})",
         "kas": f"agent grpc://127.0.0.1:{KAS_PORTS['agent']}, Kubernetes API proxy {proxy_url}",
         "workspaces": f"http://127.0.0.1:{KAS_PORTS['workspaces']}/-/workspaces/<workspace name>/<port>/",
+        # glab keeps a cluster entry's other fields when it rewrites the server, so this survives re-runs.
+        "glab users": (
+            "after `glab cluster agent update-kubeconfig --use-context ...`, trust kas' CA once: kubectl config "
+            "set-cluster \"$(kubectl config view --minify -o jsonpath='{.clusters[0].name}')\" "
+            f"--certificate-authority={shlex.quote(str(proxy_tls.ca_cert))} --embed-certs"
+        ),
         "logs": str(logs),
     }
 
