@@ -27,7 +27,7 @@ from fastapi import Depends, Request
 from graphql import GraphQLError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import defer
-from strawberry.extensions import MaxTokensLimiter, QueryDepthLimiter, SchemaExtension
+from strawberry.extensions import MaxTokensLimiter, SchemaExtension
 from strawberry.fastapi import BaseContext, GraphQLRouter
 from strawberry.types import ExecutionContext, Info
 from strawberry.types.graphql import OperationType
@@ -55,8 +55,7 @@ GID_USER = "gid://gitlab/User/"
 BUDGET = Budget()
 #: Most workspaces one ``workspaces`` field returns.
 MAX_PAGE = BUDGET.page
-#: Deepest selection and most tokens of a document (checked while parsing, before the budget).
-MAX_DEPTH = 8
+#: Most tokens of a document (checked while parsing, before the budget).
 MAX_TOKENS = 4000
 #: Scopes an operation needs, any one of them (GitLab: ``read_api`` reads, only ``api`` writes).
 NEEDED_SCOPES = {
@@ -429,7 +428,6 @@ schema = _Schema(
     query=Query,
     mutation=Mutation,
     extensions=[
-        lambda: QueryDepthLimiter(max_depth=MAX_DEPTH),
         lambda: MaxTokensLimiter(max_token_count=MAX_TOKENS),
         _RequestGuard,
     ],

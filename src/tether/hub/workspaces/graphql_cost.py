@@ -3,8 +3,10 @@
 One 280-alias ``workspaces`` query over 1,000 workspaces once took 20 s, returned 62 MB and held the database
 pool; so a request is measured first and refused with a GraphQL error, at once, when it asks for more than
 :class:`Budget` allows: root fields (each one a resolver on the request's database session), aliases, workspaces
-returned in all (each ``workspaces`` field counts its ``first``), devfile texts returned (up to 64 KiB each), and
-the page size of one ``workspaces`` field. Depth and tokens are bounded by Strawberry's limiters beside this.
+returned in all (each ``workspaces`` field counts its ``first``), devfile texts returned (up to 64 KiB each), the
+page size of one ``workspaces`` field, and depth (introspection nests deeply). Tokens are bounded while parsing
+(Strawberry's ``MaxTokensLimiter``). Strawberry's depth limiter is not used: it walks a fragment once per spread,
+so 30 fragments spreading the next one twice kept the hub busy for hours.
 
 The reckoning walks the operation as written: fragments are expanded (each fragment reckoned once and reused, so
 nested spreads cannot make the walk itself expensive; a fragment cycle counts as nothing here and is refused by
@@ -45,6 +47,7 @@ class Budget:
         root_fields: top-level fields of the operation, aliases included (GitLab multiplexes at most 50
             queries; one request of ours is one query, so a handful of root fields is plenty).
         aliases: aliased fields anywhere in the operation.
+        depth: fields nested in one another (``workspaces { nodes { clusterAgent { name } } }`` is 4).
         nodes: workspaces returned in all: ``first`` of every ``workspaces`` field plus one per ``workspace``.
         devfiles: ``devfile`` texts returned in all (counted as ``nodes``).
         page: the largest ``first`` of one ``workspaces`` field (1 to ``page``).
@@ -52,6 +55,7 @@ class Budget:
 
     root_fields: int = 10
     aliases: int = 20
+    depth: int = 8
     nodes: int = 1000
     devfiles: int = 100
     page: int = 1000
@@ -63,23 +67,26 @@ class Cost:
 
     Attributes:
         root_fields, aliases: counted as written (a fragment spread twice counts twice).
+        depth: the deepest nesting of fields.
         nodes, devfiles: as :class:`Budget`.
-        pages: every ``first`` given to a ``workspaces`` field.
+        pages: the distinct values of ``first`` given to ``workspaces`` fields.
     """
 
     root_fields: int = 0
     aliases: int = 0
+    depth: int = 0
     nodes: int = 0
     devfiles: int = 0
-    pages: tuple[int, ...] = ()
+    pages: frozenset[int] = frozenset()
 
     def add(self, other: Cost, times: int = 1) -> None:
         """Add ``other`` (its ``nodes`` and ``devfiles`` multiplied by ``times``)."""
         self.root_fields += other.root_fields
         self.aliases += other.aliases
+        self.depth = max(self.depth, other.depth)
         self.nodes += other.nodes * times
         self.devfiles += other.devfiles * times
-        self.pages += other.pages
+        self.pages |= other.pages
 
 
 class _Reckoner:
@@ -126,13 +133,15 @@ class _Reckoner:
         times = 1
         if name == "workspaces":
             times = self._first(node)
-            cost.pages = (times,)
+            cost.pages = frozenset({times})
             cost.nodes = times
         elif name == "workspace":
             cost.nodes = 1
         elif name == "devfile":
             cost.devfiles = 1
-        cost.add(self._selection(node.selection_set, root=False), times)
+        inner = self._selection(node.selection_set, root=False)
+        cost.add(inner, times)
+        cost.depth = 1 + inner.depth
         return cost
 
     def _first(self, node: FieldNode) -> int:
@@ -156,12 +165,13 @@ def problems(cost: Cost, budget: Budget) -> list[str]:
     """What in ``cost`` goes beyond ``budget``, one sentence each naming the limit (empty when nothing does)."""
     found = [
         f"workspaces(first: {page}): first must be between 1 and {budget.page}"
-        for page in sorted(set(cost.pages))
+        for page in sorted(cost.pages)
         if not 1 <= page <= budget.page
     ]
     for what, asked, most in (
         ("top-level fields", cost.root_fields, budget.root_fields),
         ("aliases", cost.aliases, budget.aliases),
+        ("levels of nested fields", cost.depth, budget.depth),
         ("workspaces returned (the sum of first over every workspaces field)", cost.nodes, budget.nodes),
         ("devfiles returned", cost.devfiles, budget.devfiles),
     ):
