@@ -2,7 +2,8 @@
 
 Against the real hub on each backend: a request beyond the budget (top-level fields, aliases, workspaces
 returned, devfiles returned, page size, depth, tokens) gets a GraphQL error naming the limit before anything runs
-(not one database transaction begins), and the aliased fields of a request share one transaction.
+(not one database transaction begins), a body over 1 MiB gets 413, and the aliased fields of a request share one
+transaction.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from sqlalchemy import event
 from tests.fixtures.hub import RealHub
 from tests.hub.workspace_helpers import bulk_create, graphql, workspace_setup
 from tether.hub.db.engine import Database
+from tether.hub.workspaces.graphql import MAX_BODY_BYTES
 
 NODES = "{ count nodes { id name } }"
 
@@ -173,3 +175,22 @@ def test_token_limit(hub: RealHub, developer: str) -> None:
     refused(graphql(hub, developer, states(3988)), "Document contains more than 4000 tokens")
     body = graphql(hub, developer, states(3987)).json()
     assert body.get("errors") is None, body
+
+
+def test_body_size_limit(hub: RealHub, developer: str) -> None:
+    """The body is read, at most 1 MiB of it, only once the token is known; then parsed."""
+    url, headers = hub.url + "/api/graphql", {"PRIVATE-TOKEN": developer, "Content-Type": "application/json"}
+
+    def body(padding: int) -> bytes:
+        return b'{"query": "query { workspaces { count } }' + b" " * padding + b'"}'
+
+    fits = httpx.post(url, content=body(MAX_BODY_BYTES - 60), headers=headers, timeout=30)
+    assert fits.status_code == 200 and fits.json()["data"]["workspaces"]["count"] == 30, fits.text
+    too_large = {"message": f"413 Request Entity Too Large - a GraphQL request is at most {MAX_BODY_BYTES} bytes"}
+    declared = httpx.post(url, content=body(MAX_BODY_BYTES), headers=headers, timeout=30)
+    assert (declared.status_code, declared.json()) == (413, too_large)
+    chunked = httpx.post(url, content=iter([body(MAX_BODY_BYTES)]), headers=headers, timeout=30)
+    assert "content-length" not in chunked.request.headers
+    assert (chunked.status_code, chunked.json()) == (413, too_large)
+    anonymous = httpx.post(url, content=body(MAX_BODY_BYTES), headers={"Content-Type": "application/json"}, timeout=30)
+    assert anonymous.status_code == 401

@@ -37,7 +37,7 @@ from tether.hub.api.connections import announce_workspace_changes
 from tether.hub.api.state import hub_state
 from tether.hub.db.engine import Database
 from tether.hub.db.workspaces import Workspace as WorkspaceRow
-from tether.hub.errors import BadRequest, Forbidden, NotFound
+from tether.hub.errors import BadRequest, Forbidden, HubError, NotFound
 from tether.hub.service.principal import SCOPE_API, SCOPE_READ_API, Principal
 from tether.hub.workspaces import listing, operations
 from tether.hub.workspaces.address import address
@@ -57,6 +57,8 @@ BUDGET = Budget()
 MAX_PAGE = BUDGET.page
 #: Most tokens of a document (checked while parsing, before the budget).
 MAX_TOKENS = 4000
+#: Largest request body, read only after authentication: a 64 KiB devfile, escaped, and the query fit well.
+MAX_BODY_BYTES = 1024 * 1024
 #: Scopes an operation needs, any one of them (GitLab: ``read_api`` reads, only ``api`` writes).
 NEEDED_SCOPES = {
     OperationType.QUERY: (SCOPE_API, SCOPE_READ_API),
@@ -434,7 +436,30 @@ schema = _Schema(
 )
 
 
+class RequestTooLarge(HubError):
+    """413: the request body is over :data:`MAX_BODY_BYTES`."""
+
+    status = 413
+
+
+async def _bounded_body(request: Request) -> None:
+    # Strawberry reads the whole body before the token limit applies; read it here, bounded, and leave it where
+    # Starlette's Request.body() finds it.
+    too_large = f"413 Request Entity Too Large - a GraphQL request is at most {MAX_BODY_BYTES} bytes"
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise RequestTooLarge(too_large)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY_BYTES:
+            raise RequestTooLarge(too_large)
+    request._body = bytes(body)
+
+
 async def _context(request: Request, principal: Annotated[Principal, Depends(authenticated)]) -> Context:
+    if request.method == "POST":
+        await _bounded_body(request)
     state = hub_state(request)
     return Context(
         principal=principal,
