@@ -88,6 +88,7 @@ def bulk_create(hub: RealHub, user_id: int, project_id: int, agent_id: int, coun
                 session,
                 principal,
                 operations.CreateRequest(agent_id, project_id, "Running", devfile=DEVFILE, name=f"{prefix}-{i}"),
+                user_limit=-1,  # set-up beyond the hub's default per-user limit
             )
 
     hub.db.session(work)
@@ -227,7 +228,11 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         )
         try:
             kas = system.kas(use_redis=False)
-            launcher.start(hub, {"kas.api_address": kas.api_target})
+            launcher.start(
+                hub,
+                # the developer owns 1,000 bulk workspaces beside the measured ones
+                {"kas.api_address": kas.api_target, "workspaces.max_active_workspaces_per_user": -1},
+            )
             setup = project_with_agent(hub, roles=("developer",))
             kas_config(hub, setup, CONFIG)
             agent_token = (

@@ -158,6 +158,6 @@ def bulk_create(hub: RealHub, setup: Setup, agent_id: int, count: int, prefix: s
             request = operations.CreateRequest(
                 agent_id, setup.project_id, "Running", devfile=DEVFILE, name=f"{prefix}-{i}"
             )
-            await operations.create(session, principal, request)
+            await operations.create(session, principal, request, user_limit=-1)  # set-up: no per-user limit
 
     hub.db.session(work)

@@ -41,6 +41,7 @@ ENV_OVERRIDES = {
     "TETHER_HUB_KAS_K8S_PROXY_URL": "kas.k8s_proxy_url",
     "TETHER_HUB_KAS_K8S_PROXY_CA_FILE": "kas.k8s_proxy_ca_certificate_file",
     "TETHER_HUB_KAS_WORKSPACES_URL": "kas.workspaces_url",
+    "TETHER_HUB_MAX_ACTIVE_WORKSPACES_PER_USER": "workspaces.max_active_workspaces_per_user",
 }
 
 
@@ -182,6 +183,18 @@ class SecurityCF(_Section):
     failed_auth_per_source_per_minute: int = Field(default=60, ge=0)
 
 
+class WorkspacesCF(_Section):
+    """Instance-wide workspace limits (issue 27 item 3).
+
+    Attributes:
+        max_active_workspaces_per_user: workspaces one user may have whose desired state is not Terminated, over
+            every agent, whatever the agents' own ``workspaces_per_user_quota``; -1 means no limit, 0 that
+            nobody may create one. The CLI operator is not a user and creates none.
+    """
+
+    max_active_workspaces_per_user: int = Field(default=50, ge=-1)
+
+
 class LoggingCF(_Section):
     """Process logging level."""
 
@@ -207,6 +220,7 @@ class HubConfig(_Section):
     gitaly: GitalyCF = GitalyCF()
     sessions: SessionsCF = SessionsCF()
     security: SecurityCF = SecurityCF()
+    workspaces: WorkspacesCF = WorkspacesCF()
     logging: LoggingCF = LoggingCF()
 
     @property

@@ -23,6 +23,7 @@ import logging
 import re
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import grpc
@@ -30,7 +31,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from tether.hub.db.agents import AgentConfiguration, ClusterAgent
-from tether.hub.db.engine import Database
+from tether.hub.db.engine import Database, kas_lane
 from tether.hub.db.namespaces import Project
 from tether.pb.gitlab.agent.gitaly_compat import gitaly_pb2, gitaly_pb2_grpc
 
@@ -116,20 +117,26 @@ def advertisement(commit: str, branch: str) -> bytes:
 
 
 class _Store:
-    """Reads projects and agent configurations for the service."""
+    """Reads projects and agent configurations for the service (kas calls it: kas' connection pool, read-only)."""
 
     def __init__(self, db: Database) -> None:
         self._db = db
+
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[AsyncSession]:
+        with kas_lane():
+            async with self._db.transaction(read_only=True) as session:
+                yield session
 
     async def project(self, repository: gitaly_pb2.Repository) -> Project | None:
         match = _GL_REPOSITORY.match(repository.gl_repository)
         if match is None or repository.storage_name != STORAGE_NAME:
             return None
-        async with self._db.transaction() as session:
+        async with self._transaction() as session:
             return await session.get(Project, int(match[1]))
 
     async def commit(self, project: Project) -> str:
-        async with self._db.transaction() as session:
+        async with self._transaction() as session:
             rows = await session.execute(
                 select(ClusterAgent.id, AgentConfiguration.version)
                 .join(AgentConfiguration, AgentConfiguration.agent_id == ClusterAgent.id)
@@ -141,7 +148,7 @@ class _Store:
         return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
 
     async def configuration(self, project: Project, path: str) -> str | None:
-        async with self._db.transaction() as session:
+        async with self._transaction() as session:
             return await configuration_file(session, project, path)
 
 

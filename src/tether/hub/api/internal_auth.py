@@ -13,6 +13,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tether.hub.api.state import HubState
+from tether.hub.db.engine import kas_lane
 from tether.tool.jwt_auth import AUDIENCE_GITLAB, ISSUER_KAS, JwtError, verify
 
 INTERNAL_PREFIX = "/api/v4/internal/"
@@ -64,4 +65,7 @@ class KasJwtMiddleware:
                 await send({"type": "http.response.body", "body": body})
                 return
             scope.setdefault("state", {})[_CHECKED] = True
+            with kas_lane():  # kas' calls draw from their own connection pool (issue 27 item 3)
+                await self._app(scope, receive, send)
+            return
         await self._app(scope, receive, send)

@@ -188,8 +188,11 @@ async def create_workspace(request: Request, user: User_) -> Response:
             devfile=form.get("devfile", "").replace("\r\n", "\n") or None,
             name=form.get("name", "").strip() or None,
         )
-        async with hub_state(request).db.transaction() as session:
-            row = await operations.create(session, user.principal, wanted)
+        state = hub_state(request)
+        async with state.db.transaction() as session:
+            row = await operations.create(
+                session, user.principal, wanted, user_limit=state.config.workspaces.max_active_workspaces_per_user
+            )
     except HubError as exc:
         return await _page(request, user, exc.status, error=_plain(exc), form=form)
     await announce_workspace_changes(hub_state(request), [row.name])  # a refusal kas cached for the name goes

@@ -2,7 +2,11 @@
 
 ``workspaceCreate`` and ``workspaceUpdate`` mutations, the ``workspaces`` query and ``workspace(id)``.
 Authentication as the REST API: a personal access token in ``PRIVATE-TOKEN`` or ``Authorization: Bearer``
-(401 without one). Global ids are GitLab's (``gid://gitlab/RemoteDevelopment::Workspace/1``,
+(401 without one). Scopes as GitLab's (issue 27 item 4): a query needs ``api`` or ``read_api``, a mutation
+``api``; checked for the whole operation before it runs, so no field is reachable without them, and the error
+names the missing scope. Cost (issue 27 item 3): a request is reckoned before it runs
+(:mod:`~tether.hub.workspaces.graphql_cost`) and refused at once beyond the budget; all its fields share one
+database session, queries one read-only transaction. Global ids are GitLab's (``gid://gitlab/RemoteDevelopment::Workspace/1``,
 ``gid://gitlab/Clusters::Agent/1``, ``gid://gitlab/Project/1``); plain numbers are accepted too.
 A rule a value breaks is returned in the payload's ``errors``, naming the field; a workspace, project or
 agent the caller may not see is a top-level GraphQL error with GitLab's "does not exist or you don't have
@@ -11,28 +15,33 @@ permission" message, so nothing leaks.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 import strawberry
 from fastapi import Depends, Request
 from graphql import GraphQLError
 from sqlalchemy.ext.asyncio import AsyncSession
-from strawberry.extensions import MaxTokensLimiter, QueryDepthLimiter
+from sqlalchemy.orm import defer
+from strawberry.extensions import MaxTokensLimiter, SchemaExtension
 from strawberry.fastapi import BaseContext, GraphQLRouter
 from strawberry.types import ExecutionContext, Info
+from strawberry.types.graphql import OperationType
 
 from tether.hub.api.auth import authenticated
 from tether.hub.api.connections import announce_workspace_changes
 from tether.hub.api.state import hub_state
 from tether.hub.db.engine import Database
 from tether.hub.db.workspaces import Workspace as WorkspaceRow
-from tether.hub.errors import BadRequest, Forbidden, NotFound
-from tether.hub.service.principal import Principal
+from tether.hub.errors import BadRequest, Forbidden, HubError, NotFound
+from tether.hub.service.principal import SCOPE_API, SCOPE_READ_API, Principal
 from tether.hub.workspaces import listing, operations
 from tether.hub.workspaces.address import address
+from tether.hub.workspaces.graphql_cost import Budget, Cost, budget_rule
 
 log = logging.getLogger(__name__)
 NO_ACCESS = (
@@ -42,20 +51,71 @@ GID_WORKSPACE = "gid://gitlab/RemoteDevelopment::Workspace/"
 GID_AGENT = "gid://gitlab/Clusters::Agent/"
 GID_PROJECT = "gid://gitlab/Project/"
 GID_USER = "gid://gitlab/User/"
-#: Most workspaces one ``workspaces`` query returns.
-MAX_PAGE = 1000
+#: What one request may ask for (issue 27 item 3).
+BUDGET = Budget()
+#: Most workspaces one ``workspaces`` field returns.
+MAX_PAGE = BUDGET.page
+#: Most tokens of a document (checked while parsing, before the budget).
+MAX_TOKENS = 4000
+#: Largest request body, read only after authentication: a 64 KiB devfile, escaped, and the query fit well.
+MAX_BODY_BYTES = 1024 * 1024
+#: Scopes an operation needs, any one of them (GitLab: ``read_api`` reads, only ``api`` writes).
+NEEDED_SCOPES = {
+    OperationType.QUERY: (SCOPE_API, SCOPE_READ_API),
+    OperationType.MUTATION: (SCOPE_API,),
+}
 
 
 class Context(BaseContext):
-    """Per request: the caller, the database, and who to tell about changed workspaces (kas)."""
+    """Per request: the caller, its one database session, and who to tell about changed workspaces (kas).
+
+    Args:
+        principal: the caller.
+        db: the database.
+        announce: called with the names of created or changed workspaces, after the commit.
+        user_limit: the hub's ``workspaces.max_active_workspaces_per_user``.
+    """
 
     def __init__(
-        self, principal: Principal, db: Database, announce: Callable[[list[str]], Awaitable[None]] | None = None
+        self,
+        principal: Principal,
+        db: Database,
+        announce: Callable[[list[str]], Awaitable[None]] | None = None,
+        user_limit: int = -1,
     ) -> None:
         super().__init__()
         self.principal = principal
         self.db = db
         self.announce = announce
+        self.user_limit = user_limit
+        #: Whether the request selects ``devfile`` anywhere (set before execution); lists skip loading it if not.
+        self.wants_devfile = True
+        self._session: AsyncSession | None = None
+        self._lock = asyncio.Lock()  # aliased fields resolve concurrently; a session serves one at a time
+
+    @asynccontextmanager
+    async def transaction(self, write: bool) -> AsyncIterator[AsyncSession]:
+        """The request's session, for one field at a time.
+
+        A query's fields share one read-only transaction, ended by :meth:`close`; a mutation's field commits
+        when its block ends (kas is told after that). Either rolls back when the block raises.
+        """
+        async with self._lock:
+            if self._session is None:
+                self._session = self.db.session(read_only=not write)
+            try:
+                yield self._session
+                if write:
+                    await self._session.commit()
+            except BaseException:
+                await self._session.rollback()
+                raise
+
+    async def close(self) -> None:
+        """End the request's session (its read transaction, if any, is rolled back)."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     async def changed(self, name: str) -> None:
         """Workspace ``name`` was created or its desired state changed (after the commit)."""
@@ -164,7 +224,7 @@ class WorkspacePayload:
     client_mutation_id: str | None = None
 
 
-async def _views(session: AsyncSession, rows: list[WorkspaceRow]) -> list[Workspace]:
+async def _views(session: AsyncSession, rows: list[WorkspaceRow], with_devfile: bool = True) -> list[Workspace]:
     extra = await listing.related(session, [row.id for row in rows])
     views = []
     for row in rows:
@@ -190,7 +250,7 @@ async def _views(session: AsyncSession, rows: list[WorkspaceRow]) -> list[Worksp
                 project_ref=row.project_ref,
                 devfile_ref=row.project_ref,
                 devfile_path=row.devfile_path,
-                devfile=row.devfile,
+                devfile=row.devfile if with_devfile else "",  # not selected, so never sent
                 url=address(row.url_prefix, row.name, near.dns_zone, near.project_path),
                 workspaces_agent_config_version=row.workspaces_agent_config_version,
                 max_hours_before_termination=row.max_hours_before_termination,
@@ -228,15 +288,18 @@ class Query:
             agent_ids=_ids(cluster_agent_ids, GID_AGENT, "clusterAgentIds"),
             actual_states=(actual_states or [])[:20],
         )
-        async with context.db.transaction() as session:
+        if not context.wants_devfile:  # up to 64 KiB a row, unasked
+            query = query.options(defer(WorkspaceRow.devfile, raiseload=True))
+        async with context.transaction(write=False) as session:
             rows = list(await session.scalars(query.limit(max(1, min(first, MAX_PAGE)))))
-            return WorkspaceConnection(nodes=await _views(session, rows), count=len(rows))
+            nodes = await _views(session, rows, context.wants_devfile)
+            return WorkspaceConnection(nodes=nodes, count=len(rows))
 
     @strawberry.field(description="One workspace by global id.")  # type: ignore[untyped-decorator]
     async def workspace(self, info: Info[Context, None], id: strawberry.ID) -> Workspace | None:
         """Null when it does not exist or is someone else's."""
         context = info.context
-        async with context.db.transaction() as session:
+        async with context.transaction(write=False) as session:
             try:
                 row = await operations.get(session, context.principal, _id(id, GID_WORKSPACE, "id"))
             except (NotFound, BadRequest):
@@ -269,8 +332,8 @@ class Mutation:
                 devfile=input.devfile,
                 name=input.name,
             )
-            async with context.db.transaction() as session:
-                row = await operations.create(session, context.principal, request)
+            async with context.transaction(write=True) as session:
+                row = await operations.create(session, context.principal, request, user_limit=context.user_limit)
                 view = (await _views(session, [row]))[0]
             await context.changed(view.name)  # a refusal kas cached for the new name must go
         except BadRequest as exc:
@@ -285,7 +348,7 @@ class Mutation:
         context = info.context
         try:
             workspace_id = _id(input.id, GID_WORKSPACE, "id")
-            async with context.db.transaction() as session:
+            async with context.transaction(write=True) as session:
                 row = await operations.update(session, context.principal, workspace_id, input.desired_state)
                 view = (await _views(session, [row]))[0]
             await context.changed(view.name)
@@ -311,16 +374,99 @@ class _Schema(strawberry.Schema):
             super().process_errors(unexpected, execution_context)
 
 
+def scope_error(principal: Principal, operation: OperationType) -> GraphQLError | None:
+    """The error for a ``principal`` whose token may not run an ``operation``, or None when it may.
+
+    GitLab's rule: a query needs ``api`` or ``read_api``, a mutation ``api``, anything else is refused. The
+    message names the scopes needed and those the token has; ``extensions.code`` is ``insufficient_scope``.
+    """
+    needed = NEEDED_SCOPES.get(operation, ())
+    if principal.scopes & set(needed):
+        return None
+    has = ", ".join(sorted(principal.scopes)) or "none"
+    return GraphQLError(
+        f"insufficient_scope: a {operation.value} needs a token with the {' or '.join(needed) or '(no)'} scope "
+        f"(this token has: {has})",
+        extensions={"code": "insufficient_scope", "required_scopes": list(needed)},
+    )
+
+
+class _RequestGuard(SchemaExtension):
+    """Guards a request: scope and budget before anything runs, and the session closed at the end.
+
+    A token without the scope, or a request beyond :data:`BUDGET`, gets its GraphQL error at once.
+    """
+
+    def __init__(self, *, execution_context: ExecutionContext | None = None) -> None:
+        if execution_context is not None:
+            self.execution_context = execution_context
+        self._costs: list[Cost] = []
+
+    async def on_operation(self) -> AsyncIterator[None]:
+        """Add the budget rule (it needs this request's variables); close the session at the end."""
+        ctx = self.execution_context
+        ctx.validation_rules = (*ctx.validation_rules, budget_rule(BUDGET, ctx.variables, self._costs.append))
+        try:
+            yield
+        finally:
+            context = ctx.context
+            if isinstance(context, Context):
+                await context.close()
+
+    def on_validate(self) -> Any:
+        """Check the scope first: a token that may not run the operation learns nothing more."""
+        ctx = self.execution_context
+        context = ctx.context
+        if isinstance(context, Context):
+            error = scope_error(context.principal, ctx.operation_type)
+            if error is not None:
+                ctx.pre_execution_errors = [error]  # Strawberry then skips validation and execution
+        yield
+        if isinstance(context, Context):
+            context.wants_devfile = any(cost.devfiles for cost in self._costs)
+
+
 schema = _Schema(
     query=Query,
     mutation=Mutation,
-    extensions=[lambda: QueryDepthLimiter(max_depth=8), lambda: MaxTokensLimiter(max_token_count=4000)],
+    extensions=[
+        lambda: MaxTokensLimiter(max_token_count=MAX_TOKENS),
+        _RequestGuard,
+    ],
 )
 
 
+class RequestTooLarge(HubError):
+    """413: the request body is over :data:`MAX_BODY_BYTES`."""
+
+    status = 413
+
+
+async def _bounded_body(request: Request) -> None:
+    # Strawberry reads the whole body before the token limit applies; read it here, bounded, and leave it where
+    # Starlette's Request.body() finds it.
+    too_large = f"413 Request Entity Too Large - a GraphQL request is at most {MAX_BODY_BYTES} bytes"
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise RequestTooLarge(too_large)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY_BYTES:
+            raise RequestTooLarge(too_large)
+    request._body = bytes(body)
+
+
 async def _context(request: Request, principal: Annotated[Principal, Depends(authenticated)]) -> Context:
+    if request.method == "POST":
+        await _bounded_body(request)
     state = hub_state(request)
-    return Context(principal=principal, db=state.db, announce=lambda names: announce_workspace_changes(state, names))
+    return Context(
+        principal=principal,
+        db=state.db,
+        announce=lambda names: announce_workspace_changes(state, names),
+        user_limit=state.config.workspaces.max_active_workspaces_per_user,
+    )
 
 
 def router() -> GraphQLRouter[Context, None]:

@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from tether.hub.db.agents import ClusterAgent
 from tether.hub.db.namespaces import Project
 from tether.hub.db.types import utcnow
+from tether.hub.db.users import User
 from tether.hub.db.workspaces import Workspace
 from tether.hub.errors import BadRequest, Forbidden, NotFound
 from tether.hub.roles import Role
@@ -86,17 +87,26 @@ def _root(full_path: str) -> str:
     return full_path.split("/", 1)[0]
 
 
-async def create(session: AsyncSession, principal: Principal, request: CreateRequest) -> Workspace:
+async def create(session: AsyncSession, principal: Principal, request: CreateRequest, *, user_limit: int) -> Workspace:
     """Create a workspace owned by the principal.
+
+    Args:
+        session: open transaction.
+        principal: the owner-to-be.
+        request: what to create.
+        user_limit: the hub's ``workspaces.max_active_workspaces_per_user`` (-1: none), checked before anything
+            else about the request.
 
     Raises:
         NotFound: project or agent not visible. Forbidden: below Developer on the project, or no user.
         BadRequest: naming the field: ``desiredState``, ``devfile...``, ``name``, ``clusterAgentId`` (agent in
-            another top-level group, workspaces disabled, quota reached).
+            another top-level group, workspaces disabled, quota reached); without a field when the user has
+            ``user_limit`` active workspaces already.
     """
     user_id = _user(principal)
     if not principal.can_write:
         raise Forbidden("403 Forbidden - the token needs the api scope")
+    await _check_user_limit(session, user_id, user_limit)
     project = await session.get(Project, request.project_id)
     if project is None:
         raise NotFound("Project")
@@ -184,6 +194,24 @@ async def _check_quotas(session: AsyncSession, agent_id: int, user_id: int, tota
         raise BadRequest.field("clusterAgentId", f"the agent's workspaces quota ({total}) is reached")
     if per_user >= 0 and (await session.scalar(live.where(Workspace.user_id == user_id)) or 0) >= per_user:
         raise BadRequest.field("clusterAgentId", f"your workspaces quota on this agent ({per_user}) is reached")
+
+
+async def _check_user_limit(session: AsyncSession, user_id: int, limit: int) -> None:
+    if limit < 0:
+        return
+    # Two creations at once must not both pass on PostgreSQL: the first locks the owner's row until it commits
+    # (SQLite's transactions already write one at a time).
+    await session.execute(select(User.id).where(User.id == user_id).with_for_update())
+    active = await session.scalar(
+        select(func.count(Workspace.id)).where(
+            Workspace.user_id == user_id, Workspace.desired_state != State.TERMINATED
+        )
+    )
+    if (active or 0) >= limit:
+        raise BadRequest(
+            f"you have {active} active workspaces, the most this hub allows per user "
+            f"(workspaces.max_active_workspaces_per_user: {limit}): terminate one before creating another"
+        )
 
 
 async def get(session: AsyncSession, principal: Principal, workspace_id: int) -> Workspace:
