@@ -220,18 +220,18 @@ async def _raw_call(
     shape: str,
     metadata: tuple[tuple[str, str], ...],
     payload: bytes,
-    timeout: float = 10,
+    deadline_s: float = 10,
 ) -> grpc.aio.AioRpcError:
     options = [("grpc.max_send_message_length", -1)]  # the client must be able to send what kas should refuse
     async with grpc.aio.insecure_channel(target, options=options) as channel:
         try:
             if shape == "unary_unary":
-                await channel.unary_unary(method)(payload, metadata=metadata, timeout=timeout)
+                await channel.unary_unary(method)(payload, metadata=metadata, timeout=deadline_s)
             elif shape == "unary_stream":
-                async for _ in channel.unary_stream(method)(payload, metadata=metadata, timeout=timeout):
+                async for _ in channel.unary_stream(method)(payload, metadata=metadata, timeout=deadline_s):
                     pass
             else:
-                call = channel.stream_stream(method)(metadata=metadata, timeout=timeout)
+                call = channel.stream_stream(method)(metadata=metadata, timeout=deadline_s)
                 await call.write(payload)
                 async for _ in call:
                     pass
@@ -300,7 +300,7 @@ async def test_an_oversize_message_is_refused_before_kas_buffers_it(
         target, metadata = kas.api_target, _bearer(mint(_api_secret(kas), ISSUER_GITLAB, AUDIENCE_KAS, 60))
     payload = b"\x00" * OVERSIZE_BYTES
     before = reset_peak_rss(kas.process.pid)
-    error = await _raw_call(target, method, shape, metadata, payload, timeout=60)
+    error = await _raw_call(target, method, shape, metadata, payload, deadline_s=60)
     growth = peak_rss_mib(kas.process.pid) - before
     assert error.code() == code, error.details()
     assert growth < OVERSIZE_MAX_GROWTH_MIB, f"kas grew by {growth:.1f} MiB for one {OVERSIZE_BYTES >> 20} MiB message"
