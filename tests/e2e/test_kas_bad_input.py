@@ -16,6 +16,7 @@ import pytest
 
 from tests.fixtures.hub import RealHub
 from tests.fixtures.system import KasProc, System
+from tests.support.peak_rss import peak_rss_mib, reset_peak_rss
 from tether.devenv.process import ProcessFailed, free_port
 from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2 as config_pb2
 from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2_grpc as config_grpc
@@ -208,18 +209,29 @@ async def test_oversized_message_is_rejected(kas: KasProc) -> None:
     assert_no_leaks(kas)
 
 
+GET_CONFIGURATION = "/gitlab.agent.agent_configuration.rpc.AgentConfiguration/GetConfiguration"
+CONNECT = "/gitlab.agent.reverse_tunnel.rpc.ReverseTunnel/Connect"
+GET_CONNECTED_AGENTS = "/gitlab.agent.agent_tracker.rpc.AgentTracker/GetConnectedAgents"
+
+
 async def _raw_call(
-    target: str, method: str, shape: str, metadata: tuple[tuple[str, str], ...], payload: bytes
+    target: str,
+    method: str,
+    shape: str,
+    metadata: tuple[tuple[str, str], ...],
+    payload: bytes,
+    deadline_s: float = 10,
 ) -> grpc.aio.AioRpcError:
-    async with grpc.aio.insecure_channel(target) as channel:
+    options = [("grpc.max_send_message_length", -1)]  # the client must be able to send what kas should refuse
+    async with grpc.aio.insecure_channel(target, options=options) as channel:
         try:
             if shape == "unary_unary":
-                await channel.unary_unary(method)(payload, metadata=metadata, timeout=10)
+                await channel.unary_unary(method)(payload, metadata=metadata, timeout=deadline_s)
             elif shape == "unary_stream":
-                async for _ in channel.unary_stream(method)(payload, metadata=metadata, timeout=10):
+                async for _ in channel.unary_stream(method)(payload, metadata=metadata, timeout=deadline_s):
                     pass
             else:
-                call = channel.stream_stream(method)(metadata=metadata, timeout=10)
+                call = channel.stream_stream(method)(metadata=metadata, timeout=deadline_s)
                 await call.write(payload)
                 async for _ in call:
                     pass
@@ -232,16 +244,16 @@ async def _raw_call(
     ("listener", "method", "shape"),
     [
         ("agent", "/gitlab.agent.agent_registrar.rpc.AgentRegistrar/Register", "unary_unary"),
-        ("agent", "/gitlab.agent.agent_configuration.rpc.AgentConfiguration/GetConfiguration", "unary_stream"),
-        ("agent", "/gitlab.agent.reverse_tunnel.rpc.ReverseTunnel/Connect", "stream_stream"),
+        ("agent", GET_CONFIGURATION, "unary_stream"),
+        ("agent", CONNECT, "stream_stream"),
         ("agent", "/gitlab.agent.gitlab_access.rpc.GitlabAccess/MakeRequest", "stream_stream"),
-        ("api", "/gitlab.agent.agent_tracker.rpc.AgentTracker/GetConnectedAgents", "unary_unary"),
+        ("api", GET_CONNECTED_AGENTS, "unary_unary"),
     ],
 )
 async def test_oversize_message_is_refused_on_every_shape(kas: KasProc, listener: str, method: str, shape: str) -> None:
     """Received messages over ``max_message_size`` get Core's status on every listener and RPC shape.
 
-    kas checks the size itself (tether.tool.grpc_size): Core's message-size filter is left out for memory.
+    gRPC Core refuses them on the length prefix (tether.tool.grpc_size); the memory test is below.
     """
     if listener == "agent":
         target, metadata = kas.agent_address.removeprefix("grpc://"), _bearer(TOKEN)
@@ -250,7 +262,48 @@ async def test_oversize_message_is_refused_on_every_shape(kas: KasProc, listener
         metadata = _bearer(mint(_api_secret(kas), ISSUER_GITLAB, AUDIENCE_KAS, 30))
     error = await _raw_call(target, method, shape, metadata, b"\x00" * 70_000)
     assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, error.details()
-    assert error.details() == "Received message larger than max (70000 vs. 65536)"
+    assert error.details() == "SERVER: Received message larger than max (70000 vs. 65536)"
+    assert_no_leaks(kas)
+
+
+#: The oversize message of the memory test: far above the ``kas`` fixture's 64 KiB ``max_message_size`` and above
+#: the allowed growth, so a kas that buffers it whole (the size checked in Python once Core had read it) cannot
+#: pass, yet cheap to send over loopback.
+OVERSIZE_BYTES = 48 << 20
+#: What refusing it may cost kas: HTTP/2 windows (1 MiB per stream, ``BOUNDED_WINDOW_OPTIONS``) and read buffers,
+#: with a wide margin; a third of the message.
+OVERSIZE_MAX_GROWTH_MIB = 16.0
+
+
+@pytest.mark.parametrize(
+    ("listener", "method", "shape", "credentials", "code"),
+    [
+        ("agent", GET_CONFIGURATION, "unary_stream", "agent token", grpc.StatusCode.RESOURCE_EXHAUSTED),
+        ("agent", CONNECT, "stream_stream", "agent token", grpc.StatusCode.RESOURCE_EXHAUSTED),
+        ("agent", GET_CONFIGURATION, "unary_stream", "none", grpc.StatusCode.UNAUTHENTICATED),
+        ("api", GET_CONNECTED_AGENTS, "unary_unary", "hub JWT", grpc.StatusCode.RESOURCE_EXHAUSTED),
+    ],
+)
+async def test_an_oversize_message_is_refused_before_kas_buffers_it(
+    kas: KasProc, listener: str, method: str, shape: str, credentials: str, code: grpc.StatusCode
+) -> None:
+    """Issue 27 item 1: one 1 GiB ``GetConfiguration`` with a valid token took kas to 3.2 GiB before it was refused.
+
+    No message over ``max_message_size`` may be buffered by kas, authenticated or not: gRPC Core refuses it on
+    its 5-byte length prefix. The peak RSS of the interval (``VmHWM`` after a reset) is exact, not sampled.
+    """
+    assert kas.process is not None
+    if listener == "agent":
+        target = kas.agent_address.removeprefix("grpc://")
+        metadata = _bearer(TOKEN) if credentials == "agent token" else ()
+    else:
+        target, metadata = kas.api_target, _bearer(mint(_api_secret(kas), ISSUER_GITLAB, AUDIENCE_KAS, 60))
+    payload = b"\x00" * OVERSIZE_BYTES
+    before = reset_peak_rss(kas.process.pid)
+    error = await _raw_call(target, method, shape, metadata, payload, deadline_s=60)
+    growth = peak_rss_mib(kas.process.pid) - before
+    assert error.code() == code, error.details()
+    assert growth < OVERSIZE_MAX_GROWTH_MIB, f"kas grew by {growth:.1f} MiB for one {OVERSIZE_BYTES >> 20} MiB message"
     assert_no_leaks(kas)
 
 

@@ -1,6 +1,7 @@
-"""tether.tool.grpc_size on a real grpc.aio server, for the RPC shapes kas' own handlers do not have.
+"""tether.tool.grpc_size on a real grpc.aio server and agentk's channel arguments on a real channel.
 
-kas' listeners (every shape they serve) are covered by tests/e2e/test_kas_bad_input.py.
+kas' own listeners (every shape they serve, and kas' memory while it refuses a 48 MiB message) are covered by
+tests/e2e/test_kas_bad_input.py; here, the shapes kas' handlers do not have, and the receiving side of agentk.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from typing import Any
 import grpc
 import pytest
 
-from tether.tool.grpc_size import MessageSizeInterceptor, size_checked, unlimited_size_options
+from tether.agentk.config import AgentkConfig, KasAddress
+from tether.tool.grpc_size import receive_limit_options
 
 LIMIT = 1000
 
@@ -30,33 +32,20 @@ async def _read_all(_requests: Any, context: Any) -> None:
         await context.write(message)
 
 
-class _PerCallHandler(grpc.GenericRpcHandler):
-    """Makes a new handler for every call, as kas' routed and private APIs do; each answers its call number."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler[Any, Any] | None:
-        if handler_call_details.method != "/t.T/CallNumber":
-            return None
-        self.calls += 1
-        number = self.calls
-
-        async def answer(_request: bytes, _context: Any) -> bytes:
-            return str(number).encode()
-
-        return grpc.unary_unary_rpc_method_handler(answer)
+async def _answer_of_size(request: bytes, _context: Any) -> bytes:
+    return b"a" * int(request)
 
 
 @pytest.fixture
 async def target() -> AsyncIterator[str]:
-    server = grpc.aio.server(options=unlimited_size_options(), interceptors=[MessageSizeInterceptor(LIMIT)])
+    server = grpc.aio.server(options=receive_limit_options(LIMIT))
     handlers = {
         "EchoEach": grpc.unary_stream_rpc_method_handler(_echo_each),
         "TotalSize": grpc.stream_unary_rpc_method_handler(_total_size),
         "ReadAll": grpc.stream_stream_rpc_method_handler(_read_all),
+        "AnswerOfSize": grpc.unary_unary_rpc_method_handler(_answer_of_size),
     }
-    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("t.T", handlers), _PerCallHandler()])
+    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("t.T", handlers)])
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     yield f"127.0.0.1:{port}"
@@ -65,7 +54,7 @@ async def target() -> AsyncIterator[str]:
 
 def _assert_refused(error: grpc.aio.AioRpcError, size: int) -> None:
     assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert error.details() == f"Received message larger than max ({size} vs. {LIMIT})"
+    assert error.details() == f"SERVER: Received message larger than max ({size} vs. {LIMIT})"
 
 
 async def test_async_generator_handler(target: str) -> None:
@@ -96,15 +85,24 @@ async def test_context_read_after_messages_within_the_limit(target: str) -> None
         _assert_refused(failure.value, LIMIT * 10)
 
 
-async def test_a_handler_made_per_call_is_wrapped_per_call(target: str) -> None:
+async def test_answers_are_not_limited(target: str) -> None:
+    """kas sends what it builds or relays (already within a peer's limit): no send limit on the server."""
     async with grpc.aio.insecure_channel(target) as channel:
-        call_number = channel.unary_unary("/t.T/CallNumber")
-        assert [await call_number(b"") for _ in range(3)] == [b"1", b"2", b"3"]
+        assert len(await channel.unary_unary("/t.T/AnswerOfSize")(b"50000")) == 50_000
+
+
+async def test_agentk_refuses_an_oversize_message_from_kas(target: str) -> None:
+    """agentk's channel to kas (tunnels, configuration) has Core's limit too: a larger answer is refused."""
+    config = AgentkConfig(KasAddress(target, False, "127.0.0.1"), "token", max_receive_message_bytes=LIMIT)
+    async with grpc.aio.insecure_channel(target, options=config.channel_options()) as channel:
+        assert len(await channel.unary_unary("/t.T/AnswerOfSize")(str(LIMIT).encode())) == LIMIT
         with pytest.raises(grpc.aio.AioRpcError) as failure:
-            await call_number(b"z" * 2000)
-        _assert_refused(failure.value, 2000)
+            await channel.unary_unary("/t.T/AnswerOfSize")(b"30000")
+        assert failure.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        # The client's own refusal, inside "Stream removed (...)".
+        assert f"CLIENT: Received message larger than max (30000 vs. {LIMIT})" in (failure.value.details() or "")
 
 
-def test_a_sync_handler_is_refused() -> None:
-    with pytest.raises(TypeError, match="not an asyncio handler"):
-        size_checked(grpc.unary_unary_rpc_method_handler(lambda request, context: request), LIMIT)
+def test_a_negative_limit_is_refused() -> None:
+    with pytest.raises(ValueError, match=">= 0 bytes"):
+        receive_limit_options(-1)

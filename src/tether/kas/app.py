@@ -47,7 +47,7 @@ from tether.pb.gitlab.agent.kas.instance_pb2 import KasInstanceInfo
 from tether.tool.backoff import Backoff
 from tether.tool.events import EventBus
 from tether.tool.expiring_hash import HashBackend
-from tether.tool.grpc_size import MessageSizeInterceptor, unlimited_size_options
+from tether.tool.grpc_size import receive_limit_options
 from tether.tool.grpc_stream import BOUNDED_WINDOW_OPTIONS, PENDING_RPC_OPTIONS
 from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_GITLAB, ISSUER_KAS, JwtServerInterceptor, JwtVerifier
 from tether.tool.logs import set_process_fields
@@ -124,10 +124,10 @@ def _redis_url(config: KasConfig) -> str | None:
     return f"redis://{auth}{cfg.server.address}/{cfg.database_index}"
 
 
-def _server_options(max_connection_age_s: float) -> list[tuple[str, Any]]:
+def _server_options(max_connection_age_s: float, max_message_size: int) -> list[tuple[str, Any]]:
     return [
-        # max_message_size is checked by MessageSizeInterceptor: Core's filter costs memory on every call.
-        *unlimited_size_options(),
+        # Core refuses a larger message on its length prefix, before reading it (issue 27, tool/grpc_size).
+        *receive_limit_options(max_message_size),
         # Nothing reads channelz; its per-connection node is ~0.5 KiB (bench/grpc_floor.py, issue 9).
         ("grpc.enable_channelz", 0),
         # kas.md §8.3: ping every 50 s; clients may ping every 20 s, also without calls.
@@ -322,8 +322,8 @@ class KasApp:
     def _server(self, max_connection_age_s: float, interceptor: grpc.aio.ServerInterceptor) -> grpc.aio.Server:
         # Every listener checks its callers before any request is decoded (agent token or JWT).
         return grpc.aio.server(
-            options=_server_options(max_connection_age_s),
-            interceptors=[interceptor, MessageSizeInterceptor(self.config.agent.listen.max_message_size)],
+            options=_server_options(max_connection_age_s, self.config.agent.listen.max_message_size),
+            interceptors=[interceptor],
         )
 
     async def _ready_probe(self) -> str | None:
