@@ -138,6 +138,24 @@ async def test_graph_sessions_end_without_pending_tasks(
             await ws.send_str(text)
             drop(ws)
 
+        # The Kubernetes API proxy's relay (the same router and tunnels) with the same endings: a request read
+        # to its end, a watch read once and closed, a watch whose client goes away, a request refused by kas.
+        base = kas1.k8s_proxy_url + f"api/v1/namespaces/{k8s_namespace}/configmaps"
+        for _ in range(SESSIONS):
+            async with http.get(base, headers=client.headers, ssl=client.ssl) as resp:
+                assert resp.status == 200, await resp.text()
+                await resp.read()
+            async with http.get(base + "?watch=1", headers=client.headers, ssl=client.ssl) as resp:
+                assert resp.status == 200
+                await resp.content.readline()
+            resp = await http.get(base + "?watch=1", headers=client.headers, ssl=client.ssl)
+            await resp.content.readline()
+            assert resp.connection is not None and resp.connection.transport is not None
+            resp.connection.transport.abort()
+            outside = kas1.k8s_proxy_url.replace("/k8s-proxy/", "/elsewhere")
+            async with http.get(outside, headers=client.headers, ssl=client.ssl) as resp:
+                assert resp.status == 400
+
         # More complete sessions: the collector runs while they allocate, so a dropped task would be found.
         for _ in range(SESSIONS):
             ws = await client.open()
