@@ -53,6 +53,7 @@ from tether.pb.gitlab.agent.graph.rpc import rpc_pb2
 from tether.pb.gitlab.agent.kubernetes_api.rpc import rpc_pb2 as kubernetes_api_pb2
 from tether.pb.gitlab.agent.reverse_tunnel.info import info_pb2
 from tether.tool.status import StatusError, websocket_close_code
+from tether.tool.tasks import cancel_and_wait
 from tether.tunnel.server.router import RoutingError
 from tether.tunnel.server.tunnel import ValuesMap
 
@@ -220,7 +221,7 @@ def router_opener(router: WatchGraphRouter, agent_id: int, metadata: Sequence[tu
                 data, getter = getter.result(), None
                 _check_identity(request, caller.identity)
                 yield rpc_pb2.WatchGraphResponse.FromString(data)
-            await _cancel_and_wait(getter)
+            await cancel_and_wait(getter)
             getter = None
             while not queue.empty():
                 _check_identity(request, caller.identity)
@@ -239,31 +240,9 @@ def router_opener(router: WatchGraphRouter, agent_id: int, metadata: Sequence[tu
         finally:
             # Both tasks end with the stream, however it ends (the client left, a second message, kas
             # stopping): a task left waiting on the queue would be collected pending (issue 27 item 8).
-            await _cancel_and_wait(getter, route)
+            await cancel_and_wait(getter, route)
 
     return open_stream
-
-
-async def _cancel_and_wait(*tasks: asyncio.Task[Any] | None) -> None:
-    """Cancel the tasks that are still running and wait until every one has ended; their outcome is dropped.
-
-    Waits even when the calling task is being cancelled meanwhile (the tasks are cancelled already), so no
-    task is left behind; the caller's cancellation is raised afterwards.
-    """
-    running = {task for task in tasks if task is not None}
-    for task in running:
-        task.cancel()
-    cancelled = False
-    while running:
-        try:
-            _, running = await asyncio.wait(running)
-        except asyncio.CancelledError:
-            cancelled = True
-    for ended in tasks:
-        if ended is not None and not ended.cancelled():
-            ended.exception()  # retrieved: an ended task's error is not logged as never retrieved
-    if cancelled:
-        raise asyncio.CancelledError
 
 
 def _check_identity(request: rpc_pb2.WatchGraphRequest, confirmed: Sequence[str]) -> None:
@@ -344,7 +323,7 @@ async def _session(
     try:
         await asyncio.wait({reader, relay}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        await _cancel_and_wait(reader, relay)
+        await cancel_and_wait(reader, relay)
     client_spoke = reader.done() and not reader.cancelled() and reader.exception() is None and reader.result()
     if client_spoke and (relay.cancelled() or relay.exception() is None):
         await _close(ws, 1008, "unexpected message: the Graph API accepts a single request message")
