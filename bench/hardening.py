@@ -10,7 +10,9 @@ The first three figures come from the tests that check them, run here through py
 - ``refresh_20000_connections_seconds``: one refresh of 20,000 simulated connections (agent tracker and
   tunnel tracker) on real Redis (``tests/integration/test_redis_state.py``);
 - ``chaos_recovery_seconds`` (worst of the three disruptions) and ``chaos_failed_requests``
-  (``tests/e2e/test_chaos.py``).
+  (``tests/e2e/test_chaos.py``);
+- ``continuation_flood_rss_per_connection_mib`` behind the front proxy (HAProxy) and
+  ``front_proxy_added_latency_ms`` (``tests/e2e/test_front_proxy.py``).
 
 The 10,000-agent figures are measured here: one kas on a private Redis, and ``bench/sim_agents.py`` holding
 N agents with one HTTP/2 connection each (as real agentk connects), each with a configuration stream and two
@@ -63,6 +65,7 @@ TESTS = [
     "tests/e2e/test_back_pressure.py",
     "tests/integration/test_redis_state.py::test_20000_connections_refresh_while_routed_reads_stay_fast",
     "tests/e2e/test_chaos.py",
+    "tests/e2e/test_front_proxy.py",
 ]
 
 
@@ -97,12 +100,15 @@ def from_tests(directory: Path) -> dict[str, tuple[float, str]]:
         print(f"{path.stem}: {figures}")
     refresh = json.loads((directory / "refresh_20000.json").read_text())
     chaos = json.loads((directory / "chaos.json").read_text())
-    print(f"refresh: {refresh}\nchaos: {chaos}")
+    front_proxy = json.loads((directory / "front_proxy.json").read_text())
+    print(f"refresh: {refresh}\nchaos: {chaos}\nfront proxy: {front_proxy}")
     return {
         "slow_client_kas_rss_growth_mib": (growth, "MiB"),
         "refresh_20000_connections_seconds": (refresh["refresh_s"], "s"),
         "chaos_recovery_seconds": (max(chaos["recovery_s"].values()), "s"),
         "chaos_failed_requests": (chaos["failed_requests"], "count"),
+        "continuation_flood_rss_per_connection_mib": (front_proxy["continuation_flood_rss_per_connection_mib"], "MiB"),
+        "front_proxy_added_latency_ms": (front_proxy["front_proxy_added_latency_ms"], "ms"),
     }
 
 

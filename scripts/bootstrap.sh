@@ -12,6 +12,8 @@ command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium fonts-dejavu-core)
 # The workspace access tests run the workspace's editor in a network namespace (ip netns, veth).
 command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || missing+=(iproute2)
+# The front proxy before kas' agent listener (deploy/front-proxy/, `tether up --front-proxy`, its tests).
+command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || missing+=(haproxy)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "bootstrap: installing Debian packages: ${missing[*]}"
   SUDO=""

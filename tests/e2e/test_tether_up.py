@@ -16,14 +16,18 @@ import pytest
 from tests.fixtures.k8s import cluster_assets
 from tests.fixtures.system import TETHER
 from tether.devenv.process import pid_alive
-from tether.devenv.up import GITALY_PORT, HUB_PORT
+from tether.devenv.up import FRONT_PROXY_PORT, GITALY_PORT, HUB_PORT
 
 pytestmark = pytest.mark.k8s
 
 
-@pytest.mark.parametrize("replicas", [1, 2], ids=["one-kas-in-memory", "two-kas-with-redis"])
+@pytest.mark.parametrize(
+    ("replicas", "front_proxy"),
+    [(1, False), (2, True)],
+    ids=["one-kas-in-memory", "two-kas-with-redis-behind-the-front-proxy"],
+)
 def test_tether_up_then_kubectl_through_kas_then_ctrl_c(
-    tmp_path: Path, replicas: int, request: pytest.FixtureRequest
+    tmp_path: Path, replicas: int, front_proxy: bool, request: pytest.FixtureRequest
 ) -> None:
     kubectl = cluster_assets()["kubectl"]
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
@@ -32,6 +36,9 @@ def test_tether_up_then_kubectl_through_kas_then_ctrl_c(
     if replicas > 1:
         # agentk then connects to the last replica and kubectl to the first: every request crosses kas -> kas.
         args += ["--replicas", str(replicas), "--redis", request.getfixturevalue("redis_server").url]
+    if front_proxy:
+        # agentk's tunnels then pass HAProxy (issue 27): kubectl below works only if they do.
+        args += ["--front-proxy"]
     up = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         deadline = time.monotonic() + 120
@@ -62,6 +69,11 @@ def test_tether_up_then_kubectl_through_kas_then_ctrl_c(
         # The Gitaly-compatible service upstream kas reads agent configuration from is on (issue 22 item 6).
         with grpc.insecure_channel(f"127.0.0.1:{GITALY_PORT}") as channel:
             grpc.channel_ready_future(channel).result(timeout=30)
+        if front_proxy:
+            assert metadata["kas"]["externalUrl"] == f"grpc://127.0.0.1:{FRONT_PROXY_PORT}"
+            # agentk was given the proxy's address: the kubectl call above crossed it.
+            assert f"agent grpc://127.0.0.1:{FRONT_PROXY_PORT}, " in output, output
+            assert (tmp_path / "state" / "logs" / "front-proxy.cfg").exists()
         children = [int(p) for p in re.findall(r"pid (\d+)", output)]
     finally:
         up.send_signal(signal.SIGINT)

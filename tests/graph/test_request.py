@@ -51,7 +51,7 @@ def test_seed_example_parses() -> None:
                 ],
                 "namespaces": {
                     "names": ["my-ns"],
-                    "label_selector": "",
+                    "label_selector": "app=my-app",
                     "field_selector": "",
                     "object_selector_expression": "",
                 },
@@ -68,8 +68,9 @@ def test_seed_example_parses() -> None:
     assert [q.include for q in parsed.queries] == [False, True]
     assert parsed.queries[1].object_filter.label_selector == "app=my-app"
     assert parsed.queries[1].object_filter.expression is not None
+    # names together with label_selector, as the seed sends them: both filters apply (issue 27 item 8).
     assert parsed.namespaces.mode is NamespaceMode.LIST
-    assert parsed.namespaces.names == ("my-ns",)
+    assert parsed.namespaces.names == ("my-ns",) and parsed.namespaces.label_selector == "app=my-app"
     assert parsed.roots.enabled and parsed.roots.undirected == frozenset({"or", "r", "t"})
 
 
@@ -149,6 +150,9 @@ def test_namespace_modes() -> None:
     listed = parse_request(req(namespaces={"names": ["a", "b", "a"], "object_selector_expression": "name != 'b'"}))
     assert listed.namespaces.mode is NamespaceMode.LIST and listed.namespaces.names == ("a", "b")
     assert listed.namespaces.expression is not None
+    narrowed = parse_request(req(namespaces={"names": ["a"], "label_selector": "t=x", "field_selector": "a!=b"}))
+    assert narrowed.namespaces.mode is NamespaceMode.LIST and narrowed.namespaces.names == ("a",)
+    assert (narrowed.namespaces.label_selector, narrowed.namespaces.field_selector) == ("t=x", "a!=b")
     labelled = parse_request(req(namespaces={"label_selector": "team=x"})).namespaces
     assert labelled.mode is NamespaceMode.ALL and labelled.label_selector == "team=x"
     assert parse_request(req(namespaces={"field_selector": "metadata.name!=x"})).namespaces.mode is NamespaceMode.ALL
@@ -161,7 +165,8 @@ def test_namespace_modes() -> None:
     [
         ({"names": ["Bad"]}, "namespaces.names[0]"),
         ({"names": ["ok", "x" * 64]}, "namespaces.names[1]"),
-        ({"names": ["a"], "label_selector": "x=y"}, "namespaces"),
+        ({"names": ["a"], "label_selector": "="}, "namespaces.label_selector"),
+        ({"names": ["a"], "field_selector": "x"}, "namespaces.field_selector"),
         ({"label_selector": "="}, "namespaces.label_selector"),
         ({"field_selector": "x"}, "namespaces.field_selector"),
         ({"object_selector_expression": "obj"}, "namespaces.object_selector_expression"),

@@ -2,6 +2,7 @@
 
 Order: local cluster (unless ``KUBECONFIG`` names one) -> hub (SQLite) -> one admin token, a project, an
 agent, its token and configuration through the hub's REST API -> kas replicas (memory state, or Redis) ->
+with ``--front-proxy``, HAProxy before the agent listener agentk uses (``tether.devenv.front_proxy``) ->
 agentk -> a kubeconfig whose server is kas' Kubernetes API proxy and whose token is
 ``pat:<agent id>:<personal access token>`` (kas.md §4.5).
 """
@@ -28,6 +29,7 @@ import yaml
 from tether.devenv import pki
 from tether.devenv.cluster import LocalCluster, write_kubeconfig
 from tether.devenv.commands import console, ensure_binaries
+from tether.devenv.front_proxy import FrontProxyParameters, haproxy_binary, start_front_proxy
 from tether.devenv.process import EnvironmentProblem, ManagedProcess, ensure_port_free
 from tether.tool.secrets import write_base64_secret
 
@@ -46,6 +48,8 @@ KAS_PORTS = {
     "workspaces": 8156,
 }
 AGENTK_OBSERVABILITY_PORT = 8180
+#: Where agentk connects with ``--front-proxy`` (HAProxy, in front of kas' agent listener).
+FRONT_PROXY_PORT = 8140
 PROJECT = "tether-demo"
 AGENT = "local"
 
@@ -61,6 +65,8 @@ class UpOptions:
         kubeconfig: cluster for agentk; None starts the local dev cluster.
         runtime_tether: the ``tether`` executable that runs kas and agentk (the footprint benchmark gives
             one installed without extras, as an image would carry).
+        front_proxy: put HAProxy (``deploy/front-proxy/haproxy.cfg.template``) in front of the agent listener
+            agentk connects to, on :data:`FRONT_PROXY_PORT`; agentk and the hub's published kas address use it.
     """
 
     state_dir: Path
@@ -68,6 +74,7 @@ class UpOptions:
     redis_url: str | None = None
     kubeconfig: Path | None = None
     runtime_tether: str = TETHER
+    front_proxy: bool = False
 
 
 @dataclass
@@ -218,7 +225,9 @@ async def bring_up(options: UpOptions, progress: Progress, running: Running) -> 
     proxy_tls = pki.generate(state / "proxy-tls")
     if options.replicas > 1 and not options.redis_url:
         raise EnvironmentProblem("--replicas above 1 needs --redis: kas replicas share their state through Redis")
-    ports = [HUB_PORT, AGENTK_OBSERVABILITY_PORT]
+    ports = [HUB_PORT, AGENTK_OBSERVABILITY_PORT] + ([FRONT_PROXY_PORT] if options.front_proxy else [])
+    if options.front_proxy:
+        haproxy_binary()  # before anything starts: a missing package is a one-line problem
     ports += [p + 20 * i for i in range(options.replicas) for p in KAS_PORTS.values()]
     for port in ports:
         ensure_port_free(port, owner="tether up")
@@ -232,13 +241,16 @@ async def bring_up(options: UpOptions, progress: Progress, running: Running) -> 
     progress(f"cluster: {kubeconfig}")
 
     hub_url = f"http://127.0.0.1:{HUB_PORT}"
+    # With several replicas agentk connects to the last one, so requests at kas 1 really travel kas -> kas.
+    agent_port = KAS_PORTS["agent"] + 20 * (options.replicas - 1)
+    agent_url = f"grpc://127.0.0.1:{FRONT_PROXY_PORT if options.front_proxy else agent_port}"
     hub_env = dict(
         os.environ,
         TETHER_HUB_GITLAB_SECRET_FILE=str(secrets_dir / "gitlab_secret"),
         TETHER_HUB_KAS_API_SECRET_FILE=str(secrets_dir / "gitlab_secret"),
         TETHER_HUB_KAS_API_ADDRESS=f"127.0.0.1:{KAS_PORTS['api']}",
         # Published in GET /api/v4/metadata, where glab finds kas (cluster graph, update-kubeconfig).
-        TETHER_HUB_KAS_EXTERNAL_URL=f"grpc://127.0.0.1:{KAS_PORTS['agent']}",
+        TETHER_HUB_KAS_EXTERNAL_URL=agent_url if options.front_proxy else f"grpc://127.0.0.1:{KAS_PORTS['agent']}",
         # The web console's kubectl snippet and graph relay reach kas' Kubernetes API proxy here.
         TETHER_HUB_KAS_K8S_PROXY_URL=f"https://127.0.0.1:{KAS_PORTS['k8s_proxy']}/k8s-proxy/",
         # The console opens workspaces in kas' path form (no wildcard DNS on a laptop).
@@ -274,11 +286,16 @@ async def bring_up(options: UpOptions, progress: Progress, running: Running) -> 
         running.processes.append(kas)
         await _http_ready(f"http://127.0.0.1:{KAS_PORTS['observability'] + 20 * index}/readiness", kas)
 
+    if options.front_proxy:
+        progress("starting the front proxy (HAProxy) before kas' agent listener")
+        parameters = FrontProxyParameters(
+            listen_address=f"127.0.0.1:{FRONT_PROXY_PORT}", kas_agent_address=f"127.0.0.1:{agent_port}"
+        )
+        running.processes.append(start_front_proxy(parameters, logs))
+
     token_file = secrets_dir / "agent_token"
     token_file.write_text(agent_token + "\n")
     token_file.chmod(0o600)
-    # With several replicas agentk connects to the last one, so requests at kas 1 really travel kas -> kas.
-    agent_port = KAS_PORTS["agent"] + 20 * (options.replicas - 1)
     progress("starting agentk")
     agentk = _start(
         "agentk",
@@ -286,7 +303,7 @@ async def bring_up(options: UpOptions, progress: Progress, running: Running) -> 
             options.runtime_tether,
             "agentk",
             "--kas-address",
-            f"grpc://127.0.0.1:{agent_port}",
+            agent_url,
             "--token-file",
             str(token_file),
             "--kubeconfig",
@@ -308,7 +325,8 @@ async def bring_up(options: UpOptions, progress: Progress, running: Running) -> 
         "kubeconfig (through kas)": f"export KUBECONFIG={shlex.quote(str(proxy_kubeconfig))}",
         "try": "kubectl get nodes",
         "hub": f"{hub_url}/api/v4  (PRIVATE-TOKEN in {admin_file})",
-        "kas": f"agent grpc://127.0.0.1:{KAS_PORTS['agent']}, Kubernetes API proxy {proxy_url}",
+        "kas": f"agent {agent_url}, Kubernetes API proxy {proxy_url}"
+        + (f" (front proxy before grpc://127.0.0.1:{agent_port})" if options.front_proxy else ""),
         "workspaces": f"http://127.0.0.1:{KAS_PORTS['workspaces']}/-/workspaces/<workspace name>/<port>/",
         # glab keeps a cluster entry's other fields when it rewrites the server, so this survives re-runs.
         "glab users": (
@@ -370,12 +388,18 @@ async def _watch(running: Running, stop: asyncio.Event) -> None:
     default=None,
     help="Where the hub database, secrets, configs and logs live (default: ~/.local/share/tether/up).",
 )
-def up(replicas: int, redis_url: str | None, state_dir: Path | None) -> None:
+@click.option(
+    "--front-proxy",
+    is_flag=True,
+    help="Put HAProxy (Debian's haproxy; deploy/front-proxy/) in front of kas' agent listener; agentk connects "
+    f"through it on port {FRONT_PROXY_PORT}.",
+)
+def up(replicas: int, redis_url: str | None, state_dir: Path | None, front_proxy: bool) -> None:
     """Run the whole system on embedded defaults; Ctrl-C stops everything.
 
     Starts the local Kubernetes cluster (unless KUBECONFIG names one; the binaries are built once per
-    machine), the hub on SQLite, kas and agentk, registers a demo project and agent, then prints a
-    kubeconfig whose server is kas' Kubernetes API proxy.
+    machine), the hub on SQLite, kas and agentk (with --front-proxy, through HAProxy), registers a demo
+    project and agent, then prints a kubeconfig whose server is kas' Kubernetes API proxy.
     """
     kubeconfig = os.environ.get("KUBECONFIG")
     options = UpOptions(
@@ -383,6 +407,7 @@ def up(replicas: int, redis_url: str | None, state_dir: Path | None) -> None:
         replicas=replicas,
         redis_url=redis_url,
         kubeconfig=Path(kubeconfig) if kubeconfig else None,
+        front_proxy=front_proxy,
     )
 
     def show(lines: dict[str, str]) -> None:

@@ -28,6 +28,7 @@ from tether.tool.backoff import Backoff
 from tether.tool.grpc_meta import Metadata, MetadataIn, timeout_entry
 from tether.tool.relay import AnswerFrames, Handler, dispatch, pump
 from tether.tool.status import StatusError
+from tether.tool.tasks import cancel_and_wait
 from tether.tunnel.server.gateway import Gateway
 from tether.tunnel.server.gateway_call import GatewayCall, GatewayUnavailable, LocalGatewayCall, RemoteGatewayCall
 from tether.tunnel.server.kas_pool import KasPool, KasUrlError
@@ -232,13 +233,11 @@ class Router:
                     await self._wait_any(winner, announced, advance, lookup, wake_at - now, consider)
             return winner.result()
         finally:
-            if lookup is not None:
-                lookup.cancel()
-            for task in attempts.values():
-                if not task.done():
-                    task.cancel()
             if not winner.done():
                 winner.cancel()
+            # The attempts that lost (or all of them, on a timeout or cancellation) end before the call goes on:
+            # each gives back the tunnel it may have reserved meanwhile.
+            await cancel_and_wait(lookup, *attempts.values(), drop_errors=False)
 
     @staticmethod
     async def _wait_any(
@@ -257,9 +256,8 @@ class Router:
         try:
             await asyncio.wait(waiters, timeout=max(timeout_s, 0), return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for waiter in (event, advanced):
-                waiter.cancel()
-        if event.done() and not event.cancelled():
+            await cancel_and_wait(event, advanced)
+        if not event.cancelled():
             consider([event.result()])
         while not announced.empty():
             consider([announced.get_nowait()])

@@ -206,7 +206,7 @@ class _Informer(_SyncedWatch):
 
 
 class _NamespaceWatcher(_SyncedWatch):
-    """Watches Namespace objects to decide which namespaces are watched (list mode with CEL, all mode)."""
+    """Watches Namespace objects to decide which namespaces are watched (list mode with filters, all mode)."""
 
     def __init__(self, engine: GraphEngine) -> None:
         selection = engine.request.namespaces
@@ -642,7 +642,8 @@ class GraphEngine:
         self._apply_discovery(discovery)
         namespaces = self.request.namespaces
         if namespaces.mode is NamespaceMode.ALL or (
-            namespaces.mode is NamespaceMode.LIST and namespaces.expression is not None
+            namespaces.mode is NamespaceMode.LIST
+            and (namespaces.expression is not None or namespaces.label_selector or namespaces.field_selector)
         ):
             self._namespaces.clear()
             self._namespace_watcher = _NamespaceWatcher(self)

@@ -12,9 +12,12 @@ Rules enforced (seed 002 "queries", "namespaces", "roots"):
   ``exclude``, each with a ``resource_selector_expression`` that compiles and is of type bool;
 - ``include.object``: ``label_selector`` and ``field_selector`` parse, ``object_selector_expression``
   compiles to bool, ``json_path`` parses as a kubectl JSONPath template;
-- ``namespaces``: ``names`` (valid namespace names) selects list mode and cannot be combined with
-  ``label_selector`` / ``field_selector`` (all-namespaces mode); ``object_selector_expression`` works in
-  both; no filter at all means cluster-wide watches;
+- ``namespaces``: ``names`` (valid namespace names) selects list mode, otherwise ``label_selector`` /
+  ``field_selector`` / ``object_selector_expression`` select all-namespaces mode; no filter at all means
+  cluster-wide watches. In list mode the selectors and the expression further filter the listed namespaces
+  (a namespace is watched when it is listed and passes every filter given): the seed's own example request
+  sends ``names`` together with ``label_selector`` (issue 27 item 8), and upstream's reference describes the
+  fields as filters on the namespaces watched, with no rule that excludes one of them;
 - ``roots.object_selector_expressions`` compile to bool; ``roots.ignore_arc_direction`` holds arc types.
 """
 
@@ -194,8 +197,9 @@ class NamespaceSelection:
     Attributes:
         mode: see :class:`NamespaceMode`.
         names: list mode: the namespaces (deduplicated, in request order).
-        label_selector: all-namespaces mode: sent to the API server when listing namespaces.
-        field_selector: all-namespaces mode: sent to the API server when listing namespaces.
+        label_selector: sent to the API server when listing namespaces (both modes; in list mode it narrows
+            the listed namespaces).
+        field_selector: as ``label_selector``.
         expression: CEL over each Namespace object (both modes), or None.
     """
 
@@ -346,20 +350,15 @@ def _compile_namespaces(namespaces: Namespaces | None) -> NamespaceSelection:
             )
     _check_label_selector(f"{where}.label_selector", namespaces.label_selector)
     _check_field_selector(f"{where}.field_selector", namespaces.field_selector)
-    if namespaces.names and (namespaces.label_selector.strip() or namespaces.field_selector.strip()):
-        raise RequestError(
-            where,
-            "names (list of namespaces) cannot be combined with label_selector or field_selector (all namespaces)",
-        )
     expression = (
         _object_cel(f"{where}.object_selector_expression", namespaces.object_selector_expression)
         if namespaces.object_selector_expression
         else None
     )
+    label, field = namespaces.label_selector.strip(), namespaces.field_selector.strip()
     if namespaces.names:
         names = tuple(dict.fromkeys(namespaces.names))
-        return NamespaceSelection(NamespaceMode.LIST, names=names, expression=expression)
-    label, field = namespaces.label_selector.strip(), namespaces.field_selector.strip()
+        return NamespaceSelection(NamespaceMode.LIST, names, label, field, expression)
     if not label and not field and expression is None:
         return NamespaceSelection()
     return NamespaceSelection(NamespaceMode.ALL, label_selector=label, field_selector=field, expression=expression)

@@ -53,6 +53,7 @@ from tether.pb.gitlab.agent.graph.rpc import rpc_pb2
 from tether.pb.gitlab.agent.kubernetes_api.rpc import rpc_pb2 as kubernetes_api_pb2
 from tether.pb.gitlab.agent.reverse_tunnel.info import info_pb2
 from tether.tool.status import StatusError, websocket_close_code
+from tether.tool.tasks import cancel_and_wait
 from tether.tunnel.server.router import RoutingError
 from tether.tunnel.server.tunnel import ValuesMap
 
@@ -207,20 +208,24 @@ def router_opener(router: WatchGraphRouter, agent_id: int, metadata: Sequence[tu
     async def open_stream(request: rpc_pb2.WatchGraphRequest) -> AsyncIterator[rpc_pb2.WatchGraphResponse]:
         queue: asyncio.Queue[bytes] = asyncio.Queue(maxsize=4)
         caller = _Caller(request.SerializeToString(), queue)
-        route = asyncio.create_task(router.route(agent_id, WATCH_GRAPH_FULL_METHOD, tuple(metadata), caller, None))
+        route = asyncio.create_task(
+            router.route(agent_id, WATCH_GRAPH_FULL_METHOD, tuple(metadata), caller, None), name="graph-route"
+        )
+        getter: asyncio.Task[bytes] | None = None
         try:
             while True:
-                getter = asyncio.ensure_future(queue.get())
+                getter = asyncio.create_task(queue.get(), name="graph-route-read")
                 await asyncio.wait({getter, route}, return_when=asyncio.FIRST_COMPLETED)
-                if getter.done():
-                    _check_identity(request, caller.identity)
-                    yield rpc_pb2.WatchGraphResponse.FromString(getter.result())
-                    continue
-                getter.cancel()
-                while not queue.empty():
-                    _check_identity(request, caller.identity)
-                    yield rpc_pb2.WatchGraphResponse.FromString(queue.get_nowait())
-                break
+                if not getter.done():
+                    break
+                data, getter = getter.result(), None
+                _check_identity(request, caller.identity)
+                yield rpc_pb2.WatchGraphResponse.FromString(data)
+            await cancel_and_wait(getter)
+            getter = None
+            while not queue.empty():
+                _check_identity(request, caller.identity)
+                yield rpc_pb2.WatchGraphResponse.FromString(queue.get_nowait())
             try:
                 status = route.result()
             except RoutingError as exc:
@@ -233,10 +238,9 @@ def router_opener(router: WatchGraphRouter, agent_id: int, metadata: Sequence[tu
                     raise WatchGraphUnsupportedError(UNSUPPORTED_REASON)
                 raise GraphStreamError(code, status.message)
         finally:
-            if not route.done():
-                route.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await route
+            # Both tasks end with the stream, however it ends (the client left, a second message, kas
+            # stopping): a task left waiting on the queue would be collected pending (issue 27 item 8).
+            await cancel_and_wait(getter, route)
 
     return open_stream
 
@@ -319,9 +323,7 @@ async def _session(
     try:
         await asyncio.wait({reader, relay}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in (reader, relay):
-            task.cancel()
-        await asyncio.wait({reader, relay})
+        await cancel_and_wait(reader, relay)
     client_spoke = reader.done() and not reader.cancelled() and reader.exception() is None and reader.result()
     if client_spoke and (relay.cancelled() or relay.exception() is None):
         await _close(ws, 1008, "unexpected message: the Graph API accepts a single request message")
