@@ -12,6 +12,14 @@ command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium fonts-dejavu-core)
 # The workspace access tests run the workspace's editor in a network namespace (ip netns, veth).
 command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || missing+=(iproute2)
+# The development cluster's real node (`tether dev cluster up --real-nodes N`, tests/node): containerd and runc
+# run its containers, the CNI plugins wire pods to a bridge, iptables serves kube-proxy, and busybox-static is the
+# one binary of the local pause and test images.
+command -v containerd >/dev/null 2>&1 || missing+=(containerd)
+command -v runc >/dev/null 2>&1 || [ -x /usr/sbin/runc ] || missing+=(runc)
+[ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
+command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || missing+=(iptables)
+dpkg-query -W -f="\${Status}" busybox-static 2>/dev/null | grep -q "ok installed" || missing+=(busybox-static)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "bootstrap: installing Debian packages: ${missing[*]}"
   SUDO=""
@@ -39,8 +47,9 @@ fi
 
 python3 -m uv sync --frozen --quiet --python python3.11
 
-# Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kwok once per
-# machine (cached under ~/.cache/tether); prints progress, returns at once when cached.
+# Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kwok, then the real node's
+# kubelet, kube-proxy, CoreDNS and local-path-provisioner, once per machine (cached under ~/.cache/tether);
+# prints progress, returns at once when cached.
 .venv/bin/tether dev cluster build
 
 # Builds upstream GitLab kas, agentk and glab from ../shared/upstream once per machine (cached under

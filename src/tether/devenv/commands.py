@@ -11,7 +11,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from tether.devenv import upstream
+from tether.devenv import node_build, upstream
 from tether.devenv.assets import AssetsMissing, cache_problem, cache_root
 from tether.devenv.build import BuildError, build
 from tether.devenv.cluster import ClusterInfo, LocalCluster, ensure_not_running, stop_recorded
@@ -98,10 +98,13 @@ def cluster() -> None:
 def build_command(force: bool) -> None:
     """Build the cluster binaries once per machine from the Go module proxy (needs Go >= 1.24).
 
-    Binaries are cached outside the repository (``$TETHER_CACHE_DIR`` or ``~/.cache/tether``). Set
-    KUBEBUILDER_ASSETS or TEST_ASSET_<NAME> to use existing binaries instead.
+    The control plane (etcd, kube-apiserver, controller manager, scheduler, kwok, kubectl) first, then the
+    real node's kubelet, kube-proxy, CoreDNS and local-path-provisioner, one after the other. Binaries are
+    cached outside the repository (``$TETHER_CACHE_DIR`` or ``~/.cache/tether``). Set KUBEBUILDER_ASSETS or
+    TEST_ASSET_<NAME> to use existing control-plane binaries instead.
     """
     build(force=force, progress=_progress)
+    node_build.build(force=force, progress=_progress)
 
 
 @dev.group("upstream")
