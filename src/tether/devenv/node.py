@@ -664,6 +664,10 @@ def teardown(node: dict[str, Any], api_address: str, api_port: int) -> None:
         if tasks:
             _ctr(socket_path, "tasks", "rm", "--force", *tasks)
         _stop_recorded_pid(containerd_pid, "containerd")
+    # Containers whose containerd is gone (crashed, killed) are still runc's: kill them through its state directory.
+    runc = [node_net.tool("runc"), f"--root={directory / 'containerd' / 'runc' / 'k8s.io'}"]
+    for container in node_net.run(*runc, "list", "-q", check=False).stdout.split():
+        node_net.run(*runc, "delete", "--force", container, check=False)
     for pid in _shims(socket_path):
         stop_pid(pid, timeout=2.0)
     unmount_under(directory)
