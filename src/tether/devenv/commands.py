@@ -59,7 +59,8 @@ def print_access(info: ClusterInfo) -> None:
         net = node["net"]
         click.echo(f"real node:      {net['name']} at {net['node_address']}, pods {net['pod_cidr']}")
     if info.real_nodes:
-        click.echo(f"  kubectl run demo --image={BUSYBOX_IMAGE} -- sleep 3600 && kubectl exec demo -- ls /")
+        click.echo(f"  kubectl run demo --image={BUSYBOX_IMAGE} -- sleep 3600")
+        click.echo("  kubectl wait --for=condition=Ready pod/demo && kubectl exec demo -- ls /")
         click.echo(f"  default StorageClass: {STORAGE_CLASS}; cluster DNS: kube-system/kube-dns")
     click.echo(f"logs:           {info.directory / 'logs'}")
 
