@@ -41,7 +41,7 @@ def _leftovers(info: ClusterInfo, directory: Path) -> list[str]:
 
 @pytest.fixture(scope="package")
 def real_node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterInfo]:
-    """A running cluster with no kwok node and one real node, DNS and a default StorageClass."""
+    """A running cluster with one kwok node (tainted) and one real node, DNS and a default StorageClass."""
     if os.geteuid() != 0:
         pytest.fail("the real node needs root (network namespaces, containerd, kubelet)", pytrace=False)
     cluster_assets()
@@ -52,7 +52,7 @@ def real_node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clus
             pytest.skip(str(exc))
         pytest.fail(str(exc), pytrace=False)
     directory = tmp_path_factory.mktemp("k8s-real")
-    cluster = LocalCluster(directory, nodes=0, real_nodes=1)
+    cluster = LocalCluster(directory, nodes=1, real_nodes=1)
     info = cluster.start()
     try:
         yield info

@@ -252,3 +252,27 @@ async def test_claim_with_default_storage_class_binds_and_is_written(
     # The volume is a directory on the node's disk, under the cluster's directory.
     written = list((real_node_cluster.directory / "local-path").glob("*/file.txt"))
     assert [p.read_text() for p in written] == ["persisted-by-pod\n"]
+
+
+async def test_kwok_leaves_the_real_node_alone_and_keeps_its_own(kubectl: Kubectl, k8s_namespace: str) -> None:
+    nodes = {
+        n["metadata"]["name"]: n for n in json.loads(await kubectl_run(kubectl, "get", "nodes", "-o", "json"))["items"]
+    }
+    real, fake = nodes["real-node-0"], nodes["kwok-node-0"]
+    # The kubelet, not kwok, reports the real node (kwok's stages would stamp their own versions and IP).
+    assert real["status"]["nodeInfo"]["kubeletVersion"] == "v1.34.4"
+    assert real["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://")
+    assert "kwok.x-k8s.io/node" not in real["metadata"].get("annotations", {})
+    assert {"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"} in fake["spec"]["taints"]
+    # A pod meant for kwok tolerates the taint and is "run" by kwok, without a container.
+    kwok_pod = _pod(
+        "on-kwok",
+        "exec sleep 3600",
+        nodeSelector={"type": "kwok"},
+        tolerations=[{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}],
+    )
+    await apply(kubectl, k8s_namespace, kwok_pod, _pod("on-real", "exec sleep 3600"))
+    on_kwok = await wait_ready(kubectl, k8s_namespace, "on-kwok")
+    on_real = await wait_ready(kubectl, k8s_namespace, "on-real")
+    assert on_kwok["spec"]["nodeName"] == "kwok-node-0" and on_real["spec"]["nodeName"] == "real-node-0"
+    assert on_real["status"]["containerStatuses"][0]["containerID"].startswith("containerd://")
