@@ -254,7 +254,9 @@ async def test_claim_with_default_storage_class_binds_and_is_written(
     assert [p.read_text() for p in written] == ["persisted-by-pod\n"]
 
 
-async def test_kwok_leaves_the_real_node_alone_and_keeps_its_own(kubectl: Kubectl, k8s_namespace: str) -> None:
+async def test_kwok_leaves_the_real_node_alone_and_keeps_its_own(
+    real_node_cluster: ClusterInfo, kubectl: Kubectl, k8s_namespace: str
+) -> None:
     nodes = {
         n["metadata"]["name"]: n for n in json.loads(await kubectl_run(kubectl, "get", "nodes", "-o", "json"))["items"]
     }
@@ -276,3 +278,8 @@ async def test_kwok_leaves_the_real_node_alone_and_keeps_its_own(kubectl: Kubect
     on_real = await wait_ready(kubectl, k8s_namespace, "on-real")
     assert on_kwok["spec"]["nodeName"] == "kwok-node-0" and on_real["spec"]["nodeName"] == "real-node-0"
     assert on_real["status"]["containerStatuses"][0]["containerID"].startswith("containerd://")
+    # kwok never acted on the real node or its pods: a kwok managing every node creates the real node's Lease
+    # and patches its status and its pods' status (racing the kubelet, which wins, so only kwok's log shows it).
+    kwok_log = (real_node_cluster.directory / "logs" / "kwok.log").read_text()
+    assert '"node":"real-node-0"' not in kwok_log.replace(" ", "")
+    assert '"node":"kwok-node-0"' in kwok_log.replace(" ", "")
