@@ -14,6 +14,14 @@ command -v chromium >/dev/null 2>&1 || missing+=(chromium fonts-dejavu-core)
 command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || missing+=(iproute2)
 # The front proxy before kas' agent listener (deploy/front-proxy/, `tether up --front-proxy`, its tests).
 command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || missing+=(haproxy)
+# The development cluster's real node (`tether dev cluster up --real-nodes N`, tests/node): containerd and runc
+# run its containers, the CNI plugins wire pods to a bridge, iptables serves kube-proxy, and busybox-static is the
+# one binary of the local pause and test images.
+command -v containerd >/dev/null 2>&1 || missing+=(containerd)
+command -v runc >/dev/null 2>&1 || [ -x /usr/sbin/runc ] || missing+=(runc)
+[ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
+command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || missing+=(iptables)
+dpkg-query -W -f="\${Status}" busybox-static 2>/dev/null | grep -q "ok installed" || missing+=(busybox-static)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "bootstrap: installing Debian packages: ${missing[*]}"
   SUDO=""
@@ -41,8 +49,9 @@ fi
 
 python3 -m uv sync --frozen --quiet --python python3.11
 
-# Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kwok once per
-# machine (cached under ~/.cache/tether); prints progress, returns at once when cached.
+# Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kwok, then the real node's
+# kubelet, kube-proxy, CoreDNS and local-path-provisioner, once per machine (cached under ~/.cache/tether);
+# prints progress, returns at once when cached.
 .venv/bin/tether dev cluster build
 
 # Builds upstream GitLab kas, agentk and glab from ../shared/upstream once per machine (cached under

@@ -138,7 +138,12 @@ def _fresh_module(go: str, run: _Runner, work: Path, name: str) -> None:
     run.run([go, "mod", "init", name], work, f"{name}: go mod init")
 
 
-def _build_kubernetes(go: str, run: _Runner, work: Path, out: Path) -> None:
+def _build_kubernetes(go: str, run: _Runner, work: Path, out: Path, commands: Sequence[str] = _K8S_CMDS) -> None:
+    """Build ``k8s.io/kubernetes/cmd/<command>`` for each of ``commands`` in a wrapper module into ``out``.
+
+    The real node's kubelet and kube-proxy (:mod:`tether.devenv.node_build`) come from here too, so every
+    Kubernetes binary is built from the same module at the same version.
+    """
     _fresh_module(go, run, work, "local/k8sbin")
     run.run([go, "mod", "edit", "-godebug=default=go1.24"], work, "kubernetes: godebug")
     info = json.loads(
@@ -148,7 +153,7 @@ def _build_kubernetes(go: str, run: _Runner, work: Path, out: Path) -> None:
     run.progress(f"  kubernetes: replacing {len(staging)} staging modules with v0.{K8S_VERSION.split('.', 1)[1]}")
     minor_patch = K8S_VERSION.split(".", 1)[1]
     run.run([go, "mod", "edit", *[f"-replace={m}={m}@v0.{minor_patch}" for m in staging]], work, "kubernetes: replaces")
-    pkgs = [f"k8s.io/kubernetes/cmd/{c}" for c in _K8S_CMDS]
+    pkgs = [f"k8s.io/kubernetes/cmd/{c}" for c in commands]
     run.run([go, "get", *[f"{p}@v{K8S_VERSION}" for p in pkgs]], work, "kubernetes: go get (module download)")
     run.run(
         [go, "build", "-v", "-p", "2", "-trimpath", "-ldflags", _version_ldflags(), "-o", f"{out}/", *pkgs],

@@ -5,6 +5,11 @@ Start order, flags and readiness checks follow ``../shared/reference/k8s_testenv
 nodes that kwok keeps Ready, so Deployments get ReplicaSets and Pods that are bound and marked Running.
 TLS everywhere clients connect, a static admin token, and RBAC enabled, as in a real cluster.
 
+With ``real_nodes`` > 0 the cluster also gets real nodes (:mod:`tether.devenv.node`: containerd, kubelet,
+kube-proxy, CoreDNS, local-path-provisioner) that run containers. kwok then manages only the nodes it was
+given (annotation ``kwok.x-k8s.io/node=fake``, its node selector option) and those carry kwok's
+``kwok.x-k8s.io/node=fake:NoSchedule`` taint, upstream's advice, so that ordinary pods land on a real node.
+
 The state file (``state.json`` in the cluster directory) records pids and endpoints, so another process
 (``tether dev cluster down``) can stop exactly these processes.
 """
@@ -21,10 +26,12 @@ from typing import Any
 
 import yaml
 
+from tether.devenv import node_build
 from tether.devenv import pki as pki_mod
 from tether.devenv.assets import Assets, locate
 from tether.devenv.kubeapi import ApiError, KubeApi
 from tether.devenv.kwok_failures import stage_files
+from tether.devenv.node import RealNodes, apiserver_args, teardown_recorded
 from tether.devenv.process import (
     EnvironmentProblem,
     ManagedProcess,
@@ -53,6 +60,8 @@ class ClusterInfo:
         ca_file: CA certificate that signed the API server's certificate.
         kubeconfig: path of an admin kubeconfig.
         pids: component name to pid, in start order.
+        real_nodes: what :func:`tether.devenv.node.teardown_recorded` needs to remove the real nodes
+            (empty without real nodes).
     """
 
     directory: Path
@@ -61,6 +70,7 @@ class ClusterInfo:
     ca_file: Path
     kubeconfig: Path
     pids: dict[str, int] = field(default_factory=dict)
+    real_nodes: dict[str, Any] = field(default_factory=dict)
 
     @property
     def api(self) -> KubeApi:
@@ -75,6 +85,7 @@ class ClusterInfo:
             "ca_file": str(self.ca_file),
             "kubeconfig": str(self.kubeconfig),
             "pids": self.pids,
+            "real_nodes": self.real_nodes,
         }
 
     @classmethod
@@ -89,6 +100,7 @@ class ClusterInfo:
                 ca_file=Path(data["ca_file"]),
                 kubeconfig=Path(data["kubeconfig"]),
                 pids={k: int(v) for k, v in data["pids"].items()},
+                real_nodes=data.get("real_nodes") or {},
             )
         except (OSError, ValueError, KeyError):
             return None
@@ -135,11 +147,12 @@ class LocalCluster:
 
     Args:
         directory: state directory; everything the cluster writes goes below it.
-        nodes: number of kwok fake nodes (at least 1).
+        nodes: number of kwok fake nodes (at least 1 without real nodes, may be 0 with them).
         api_port: fixed API server port, or None for a free one.
         assets: binaries to use; default :func:`tether.devenv.assets.locate`.
         progress: receives one human-readable line per start-up step.
         extra_apiserver_args: appended to kube-apiserver's flags (e.g. a shorter compaction interval).
+        real_nodes: number of real nodes that run containers (:mod:`tether.devenv.node`); 0 for none.
     """
 
     def __init__(
@@ -150,15 +163,22 @@ class LocalCluster:
         assets: Assets | None = None,
         progress: Progress | None = None,
         extra_apiserver_args: tuple[str, ...] = (),
+        real_nodes: int = 0,
     ) -> None:
         self.directory = directory
-        self.nodes = max(1, nodes)
+        self.real_nodes = max(0, real_nodes)
+        self.nodes = max(0 if self.real_nodes else 1, nodes)
         self.api_port = api_port
         self.assets = assets
         self.progress: Progress = progress or (lambda _msg: None)
         self.extra_apiserver_args = extra_apiserver_args
         self.processes: list[ManagedProcess] = []
+        self.real: RealNodes | None = None
         self.info: ClusterInfo | None = None
+
+    def all_processes(self) -> list[ManagedProcess]:
+        """Every process of the cluster: the control plane's, then the real nodes' and their add-ons'."""
+        return self.processes + (self.real.all_processes() if self.real else [])
 
     def _spawn(self, name: str, args: list[str], probe: Callable[[], bool] | None, what: str) -> ManagedProcess:
         started = time.monotonic()
@@ -180,8 +200,12 @@ class LocalCluster:
             tether.devenv.assets.AssetsMissing: binaries are not built (message says how to build them).
             tether.devenv.process.PortInUse: a fixed ``api_port`` is taken.
             tether.devenv.process.ProcessFailed: a component exited or never became ready (with its log tail).
+            tether.devenv.build.BuildError: real nodes were asked for and their binaries are not built.
+            tether.devenv.node_net.NodeNetworkError: a real node's network could not be set up.
         """
         assets = self.assets or locate()
+        if self.real_nodes:
+            node_build.locate()
         if self.api_port is not None:
             ensure_port_free(self.api_port, owner="kube-apiserver")
         try:
@@ -202,6 +226,8 @@ class LocalCluster:
         kubeconfig = self.directory / "admin.kubeconfig"
         write_kubeconfig(kubeconfig, server, pki.admin_token, pki.ca_cert)
         etcd_url = f"http://127.0.0.1:{etcd_port}"
+        node_args = apiserver_args(self.directory / "pki", pki.ca_cert) if self.real_nodes else []
+        authorization = [] if self.real_nodes else ["--authorization-mode=RBAC"]
 
         self._spawn(
             "etcd",
@@ -233,7 +259,7 @@ class LocalCluster:
                 f"--tls-private-key-file={pki.serving_key}",
                 f"--client-ca-file={pki.ca_cert}",
                 f"--token-auth-file={pki.token_file}",
-                "--authorization-mode=RBAC",
+                *authorization,
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={pki.sa_pub}",
                 f"--service-account-signing-key-file={pki.sa_key}",
@@ -242,6 +268,7 @@ class LocalCluster:
                 "--allow-privileged=true",
                 "--profiling=false",
                 "--v=1",
+                *node_args,
                 *self.extra_apiserver_args,
             ],
             lambda: api.ok("/readyz"),
@@ -290,7 +317,12 @@ class LocalCluster:
             [
                 str(assets["kwok"]),
                 f"--kubeconfig={manager_kubeconfig}",
-                "--manage-all-nodes=true",
+                # With real nodes kwok must leave them (and their pods) to their kubelets.
+                *(
+                    ["--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake"]
+                    if self.real_nodes
+                    else ["--manage-all-nodes=true"]
+                ),
                 "--cidr=10.244.0.0/16",
                 "--node-ip=10.244.0.1",
                 "--node-lease-duration-seconds=40",
@@ -301,17 +333,38 @@ class LocalCluster:
             "started",
         )
         self._create_nodes(api)
+        if self.real_nodes:
+            self.progress(f"starting {self.real_nodes} real node(s)")
+            self.real = RealNodes(
+                directory=self.directory,
+                count=self.real_nodes,
+                pki=pki,
+                api_port=api_port,
+                admin_kubeconfig=kubeconfig,
+                binaries=node_build.locate(),
+                progress=self.progress,
+            )
+            try:
+                self.real.start(api)
+            finally:
+                self._write_state(server, pki, kubeconfig)  # a failed start is still torn down by `down`
+        self._write_state(server, pki, kubeconfig)
+        self.progress(f"cluster ready in {time.monotonic() - began:.1f}s")
+        assert self.info is not None
+        return self.info
+
+    def _write_state(self, server: str, pki: pki_mod.ClusterPki, kubeconfig: Path) -> None:
+        host = self.real.host_processes if self.real else []
         self.info = ClusterInfo(
             directory=self.directory,
             server=server,
             token=pki.admin_token,
             ca_file=pki.ca_cert,
             kubeconfig=kubeconfig,
-            pids={p.name: p.pid for p in self.processes},
+            pids={p.name: p.pid for p in self.processes + host if p.popen is not None},
+            real_nodes=self.real.record() if self.real else {},
         )
         (self.directory / STATE_FILE).write_text(json.dumps(self.info.to_json(), indent=2))
-        self.progress(f"cluster ready in {time.monotonic() - began:.1f}s")
-        return self.info
 
     def _create_nodes(self, api: KubeApi) -> None:
         started = time.monotonic()
@@ -325,7 +378,14 @@ class LocalCluster:
                     "labels": {"type": "kwok", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux"},
                     "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
                 },
-                "spec": {"providerID": f"kwok://{name}"},
+                "spec": {
+                    "providerID": f"kwok://{name}",
+                    **(
+                        {"taints": [{"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"}]}
+                        if self.real_nodes
+                        else {}
+                    ),
+                },
                 "status": {"allocatable": NODE_CAPACITY, "capacity": NODE_CAPACITY},
             }
             try:
@@ -353,7 +413,10 @@ class LocalCluster:
         return len(ready) >= self.nodes
 
     def stop(self) -> None:
-        """Stop every started component in reverse order, by pid."""
+        """Remove the real nodes (containers, mounts, networks), then stop every component in reverse order."""
+        if self.real is not None:
+            self.real.stop()
+            self.real = None
         for proc in reversed(self.processes):
             proc.stop()
         self.processes.clear()
@@ -369,7 +432,7 @@ def stop_recorded(directory: Path) -> list[str]:
     info = ClusterInfo.load(directory)
     if info is None:
         return []
-    stopped = []
+    stopped = teardown_recorded(info.real_nodes) if info.real_nodes else []
     for name, pid in reversed(list(info.pids.items())):
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()

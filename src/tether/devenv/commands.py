@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import signal
 import threading
@@ -11,10 +12,12 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from tether.devenv import upstream
+from tether.devenv import node_build, upstream
 from tether.devenv.assets import AssetsMissing, cache_problem, cache_root
 from tether.devenv.build import BuildError, build
 from tether.devenv.cluster import ClusterInfo, LocalCluster, ensure_not_running, stop_recorded
+from tether.devenv.node import STORAGE_CLASS
+from tether.devenv.oci import BUSYBOX_IMAGE
 from tether.devenv.process import EnvironmentProblem
 
 console = Console(stderr=True, highlight=False)
@@ -52,19 +55,32 @@ def print_access(info: ClusterInfo) -> None:
     click.echo(f"kubeconfig:     {info.kubeconfig}")
     click.echo(f"  export KUBECONFIG={shlex.quote(str(info.kubeconfig))}")
     click.echo("  kubectl get nodes")
+    for node in info.real_nodes.get("nodes", []):
+        net = node["net"]
+        click.echo(f"real node:      {net['name']} at {net['node_address']}, pods {net['pod_cidr']}")
+    if info.real_nodes:
+        click.echo(f"  kubectl run demo --image={BUSYBOX_IMAGE} -- sleep 3600")
+        click.echo("  kubectl wait --for=condition=Ready pod/demo && kubectl exec demo -- ls /")
+        click.echo(f"  default StorageClass: {STORAGE_CLASS}; cluster DNS: kube-system/kube-dns")
     click.echo(f"logs:           {info.directory / 'logs'}")
 
 
-def start_cluster(directory: Path, nodes: int, api_port: int | None) -> LocalCluster:
+def start_cluster(directory: Path, nodes: int, api_port: int | None, real_nodes: int = 0) -> LocalCluster:
     """Build binaries if needed, refuse a second cluster in ``directory``, and start one.
+
+    ``real_nodes`` > 0 adds nodes that run containers (:mod:`tether.devenv.node`); their binaries are built
+    first when missing.
 
     Raises:
         tether.devenv.process.EnvironmentProblem: and subclasses, with a message for a person.
     """
     ensure_binaries()
+    if real_nodes and node_build.cache_problem() is not None:
+        console.print("[bold]The real node's binaries are not built yet; building them once for this machine.[/bold]")
+        node_build.build(progress=_progress)
     ensure_not_running(directory)
     console.print(f"[bold]Starting the local Kubernetes cluster[/bold] in {directory}")
-    cluster = LocalCluster(directory, nodes=nodes, api_port=api_port, progress=_progress)
+    cluster = LocalCluster(directory, nodes=nodes, api_port=api_port, progress=_progress, real_nodes=real_nodes)
     cluster.start()
     return cluster
 
@@ -76,7 +92,7 @@ def wait_for_exit(cluster: LocalCluster) -> None:
         signal.signal(sig, lambda *_: stop.set())
     try:
         while not stop.wait(1.0):
-            for proc in cluster.processes:
+            for proc in cluster.all_processes():
                 proc.check_alive()
     finally:
         console.print("[bold]Stopping the cluster[/bold]")
@@ -98,10 +114,13 @@ def cluster() -> None:
 def build_command(force: bool) -> None:
     """Build the cluster binaries once per machine from the Go module proxy (needs Go >= 1.24).
 
-    Binaries are cached outside the repository (``$TETHER_CACHE_DIR`` or ``~/.cache/tether``). Set
-    KUBEBUILDER_ASSETS or TEST_ASSET_<NAME> to use existing binaries instead.
+    The control plane (etcd, kube-apiserver, controller manager, scheduler, kwok, kubectl) first, then the
+    real node's kubelet, kube-proxy, CoreDNS and local-path-provisioner, one after the other. Binaries are
+    cached outside the repository (``$TETHER_CACHE_DIR`` or ``~/.cache/tether``). Set KUBEBUILDER_ASSETS or
+    TEST_ASSET_<NAME> to use existing control-plane binaries instead.
     """
     build(force=force, progress=_progress)
+    node_build.build(force=force, progress=_progress)
 
 
 @dev.group("upstream")
@@ -129,13 +148,24 @@ def upstream_path_command() -> None:
 
 @cluster.command("up")
 @click.option("--dir", "directory", type=click.Path(path_type=Path), default=None, help="State directory.")
-@click.option("--nodes", default=1, show_default=True, help="Number of kwok fake nodes.")
+@click.option("--nodes", default=1, show_default=True, help="Number of kwok fake nodes (may be 0 with real nodes).")
+@click.option(
+    "--real-nodes",
+    type=click.IntRange(0, 8),
+    default=0,
+    show_default=True,
+    help="Number of real nodes that run containers (containerd, kubelet, kube-proxy; needs root). With real "
+    "nodes the cluster also gets DNS (CoreDNS) and a default StorageClass (local-path), and kwok nodes are "
+    "tainted so that pods land on real nodes unless they tolerate kwok.x-k8s.io/node=fake.",
+)
 @click.option("--api-port", type=int, default=None, help="Fixed API server port (default: a free one).")
 @click.option("--foreground", is_flag=True, help="Stay attached; Ctrl-C stops the cluster.")
-def up_command(directory: Path | None, nodes: int, api_port: int | None, foreground: bool) -> None:
+def up_command(directory: Path | None, nodes: int, real_nodes: int, api_port: int | None, foreground: bool) -> None:
     """Start the local cluster (building the binaries first if needed) and print how to reach it."""
     directory = directory or default_cluster_dir()
-    local = start_cluster(directory, nodes, api_port)
+    if real_nodes and os.geteuid() != 0:
+        raise click.UsageError("--real-nodes needs root (network namespaces, containerd, kubelet)")
+    local = start_cluster(directory, nodes, api_port, real_nodes)
     assert local.info is not None
     print_access(local.info)
     if foreground:

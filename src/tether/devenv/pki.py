@@ -119,3 +119,53 @@ def generate(directory: Path) -> ClusterPki:
     pki.token_file.write_text(f'{admin_token},admin,admin-uid,"system:masters"\n')
     pki.token_file.chmod(0o600)
     return pki
+
+
+def issue(
+    ca_cert_file: Path,
+    ca_key_file: Path,
+    directory: Path,
+    name: str,
+    common_name: str,
+    organizations: tuple[str, ...] = (),
+    ips: tuple[str, ...] = (),
+    dns_names: tuple[str, ...] = (),
+    server: bool = False,
+) -> tuple[Path, Path]:
+    """Sign a certificate with the CA in ``ca_cert_file``/``ca_key_file`` (PEM) into ``directory/<name>.crt|key``.
+
+    Kubernetes reads a client certificate's common name as the user and its organisations as the groups
+    (``system:node:<node>`` in ``system:nodes`` for a kubelet, upstream's x509 authenticator). ``server``
+    adds the serving usage and the ``ips``/``dns_names`` SANs (a kubelet's serving certificate); every
+    certificate can authenticate as a client.
+
+    Returns:
+        ``(certificate path, key path)``, PEM, the key with mode 0600.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
+    ca_cert = x509.load_pem_x509_certificate(ca_cert_file.read_bytes())
+    ca_key = serialization.load_pem_private_key(ca_key_file.read_bytes(), password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, org) for org in organizations]
+    subject.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
+    usages = [ExtendedKeyUsageOID.CLIENT_AUTH] + ([ExtendedKeyUsageOID.SERVER_AUTH] if server else [])
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name(subject))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + _VALIDITY)
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+    )
+    sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]
+    sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    cert_path, key_path = directory / f"{name}.crt", directory / f"{name}.key"
+    cert_path.write_bytes(builder.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM))
+    _write_key(key_path, key)
+    return cert_path, key_path
