@@ -12,6 +12,11 @@ command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium fonts-dejavu-core)
 # The workspace access tests run the workspace's editor in a network namespace (ip netns, veth).
 command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || missing+=(iproute2)
+# Container images (make images): a Debian rootfs without a daemon, the OCI layout, runc to try the image.
+command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
+command -v umoci >/dev/null 2>&1 || missing+=(umoci)
+command -v strip >/dev/null 2>&1 || missing+=(binutils)
+command -v runc >/dev/null 2>&1 || [ -x /usr/sbin/runc ] || missing+=(runc)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "bootstrap: installing Debian packages: ${missing[*]}"
   SUDO=""
@@ -42,6 +47,9 @@ python3 -m uv sync --frozen --quiet --python python3.11
 # Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kwok once per
 # machine (cached under ~/.cache/tether); prints progress, returns at once when cached.
 .venv/bin/tether dev cluster build
+
+# helm, built from its Go module once per machine (cached under ~/.cache/tether/helm): the charts' tests use it.
+.venv/bin/python -m tether.devenv.helm
 
 # Builds upstream GitLab kas, agentk and glab from ../shared/upstream once per machine (cached under
 # ~/.cache/tether/upstream), the peers of the interop tests; prints progress, returns at once when cached.
