@@ -8,6 +8,7 @@ is never used. ``tests/deploy/test_charts.py`` lints and renders the charts with
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -29,7 +30,7 @@ def helm_path() -> Path:
     return cache_root() / "helm" / f"v{HELM_VERSION}" / "helm"
 
 
-def _runs(binary: Path) -> bool:
+def _reports_version(binary: Path) -> bool:
     try:
         result = subprocess.run(
             [str(binary), "version", "--short"], capture_output=True, text=True, timeout=60, check=False
@@ -37,6 +38,11 @@ def _runs(binary: Path) -> bool:
     except OSError:
         return False
     return result.returncode == 0 and result.stdout.startswith(f"v{HELM_VERSION}")
+
+
+def _runs(binary: Path) -> bool:
+    # The manifest is written last: a binary without it comes from an older recipe (no Kubernetes version stamp).
+    return (binary.parent / "manifest.json").is_file() and _reports_version(binary)
 
 
 def build_helm(force: bool = False, progress: Progress = print) -> Path:
@@ -60,8 +66,14 @@ def build_helm(force: bool = False, progress: Progress = print) -> Path:
         work = final.parent.parent / "work"
         _fresh_module(go, runner, work, "local/helmbin")
         runner.run([go, "get", f"{_PACKAGE}@v{HELM_VERSION}"], work, "helm: go get")
+        # helm's Makefile stamps its version and the Kubernetes version of its client-go (the default
+        # `.Capabilities.KubeVersion` of `helm template`; v1.20 otherwise).
+        client_go = runner.run([go, "list", "-m", "-f", "{{.Version}}", "k8s.io/client-go"], work, "helm: client-go")
+        minor = client_go.strip().split(".")[1]
         stamp = "helm.sh/helm/v3/internal/version"
         ldflags = f"-s -w -X {stamp}.version=v{HELM_VERSION} -X {stamp}.gitTreeState=clean"
+        for pkg in ("helm.sh/helm/v3/pkg/lint/rules", "helm.sh/helm/v3/pkg/chartutil"):
+            ldflags += f" -X {pkg}.k8sVersionMajor=1 -X {pkg}.k8sVersionMinor={minor}"
         partial = final.parent.parent / f".partial-helm-{HELM_VERSION}"
         runner.run(
             [go, "build", "-v", "-p", "2", "-trimpath", "-ldflags", ldflags, "-o", str(partial), _PACKAGE],
@@ -69,10 +81,11 @@ def build_helm(force: bool = False, progress: Progress = print) -> Path:
             "helm: go build",
             count_lines=True,
         )
-        if not _runs(partial):
+        if not _reports_version(partial):
             raise BuildError(f"the helm built in {partial} does not report v{HELM_VERSION}")
         final.parent.mkdir(parents=True, exist_ok=True)
         partial.rename(final)
+        (final.parent / "manifest.json").write_text(json.dumps({"helm": HELM_VERSION, "kubernetes_minor": minor}))
         shutil.rmtree(work, ignore_errors=True)
         progress(f"helm v{HELM_VERSION} ready in {final}")
         return final
