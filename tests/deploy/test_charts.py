@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.fixtures.k8s import Kubectl
 from tether.agentk.command import agentk_command
 from tether.devenv.assets import K8S_VERSION
 from tether.devenv.helm import helm_path
 from tether.hub.config import ENV_OVERRIDES
 from tether.modserver.config import load_config
-from tests.fixtures.k8s import Kubectl
 
 CHARTS = Path(__file__).resolve().parents[2] / "deploy" / "helm"
 AGENT = CHARTS / "tether-agent"
