@@ -18,7 +18,7 @@ Recipe (``../shared/reference/deployment.md`` §1):
    same way, so the same inputs give the same manifest digest.
 
 Results are cached in ``<cache>/images/<name>/`` under a key over every input; ``make images`` reuses them.
-The ``Containerfile`` at the repository root runs :func:`stage` in its build stage and states
+The ``Containerfile`` at the repository root runs :func:`stage_rootfs` in its build stage and states
 :data:`UID`, :data:`ENV` and each image's entrypoint, which ``tests/deploy/test_containerfile.py`` checks.
 """
 
@@ -38,6 +38,7 @@ import stat
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -59,6 +60,7 @@ __all__ = [
     "build_images",
     "main",
     "stage",
+    "stage_rootfs",
 ]
 
 Progress = Callable[[str], None]
@@ -432,7 +434,7 @@ def _ca_bundle(rootfs: Path) -> bytes:
 def stage(spec: ImageSpec, base: Path, site: Path, out: Path) -> None:
     """Assemble the image's root filesystem in ``out`` (a fresh directory): base, packages, extra files.
 
-    Also the Containerfile's build stage (``python3 -m tether.devenv.images --stage``).
+    The Containerfile's build stage gets the same through :func:`stage_rootfs` (``--rootfs-dir``).
     """
     shutil.rmtree(out, ignore_errors=True)
     shutil.copytree(base, out, symlinks=True)
@@ -638,6 +640,28 @@ def build_images(
     return built
 
 
+def stage_rootfs(names: Sequence[str], out: Path, progress: Progress = print) -> None:
+    """Write each image's root filesystem to ``out/<name>/`` without packing it (the Containerfile's build stage).
+
+    Raises:
+        ImageBuildError: as :func:`build_images`.
+    """
+    root = _repo_root()
+    cache = Path(tempfile.mkdtemp(prefix="tether-images-"))
+    try:
+        base, python_version = _base_rootfs(cache, progress)
+        wheel = _wheel(root, cache / "wheel")
+        for name in names:
+            spec = IMAGES[name]
+            requirements = cache / f"requirements-{name}.txt"
+            requirements.write_text(_requirements(root, spec.extra))
+            _install_site(cache / f"site-{name}", requirements, wheel, python_version)
+            stage(spec, base, cache / f"site-{name}", out / name)
+            progress(f"images: {name} root filesystem in {out / name}")
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+
 def _layer_blob_size(layout: Path) -> int:
     index = json.loads((layout / "index.json").read_text())
     manifest_digest = index["manifests"][0]["digest"].split(":", 1)[1]
@@ -667,8 +691,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", default=list(IMAGES), help=f"images to build (default: {' '.join(IMAGES)})")
     parser.add_argument("--force", action="store_true", help="rebuild even when the cache is current")
     parser.add_argument("--json", action="store_true", help="print one JSON object per image (progress on stderr)")
+    parser.add_argument("--rootfs-dir", type=Path, help="only write each root filesystem to DIR/<name> (Containerfile)")
     args = parser.parse_args(argv)
+    unknown = [n for n in args.names if n not in IMAGES]
+    if unknown:
+        parser.error(f"unknown image(s) {', '.join(unknown)}; known: {', '.join(IMAGES)}")
     try:
+        if args.rootfs_dir is not None:
+            stage_rootfs(args.names, args.rootfs_dir)
+            return 0
         for image in build_images(args.names, force=args.force, progress=_stderr if args.json else print):
             if args.json:
                 print(json.dumps({**dataclasses.asdict(image), "archive": str(image.archive)}))
