@@ -93,6 +93,8 @@ def test_agent_defaults_are_restricted_and_probed() -> None:
     assert agentk["readinessProbe"]["httpGet"] == {"path": "/readiness", "port": "observability"}
     assert agentk["ports"] == [{"name": "observability", "containerPort": 8080, "protocol": "TCP"}]
     assert {e["name"] for e in agentk["env"]} >= {"POD_NAMESPACE", "POD_NAME"}
+    # The root is read-only; agentk's internal server binds its socket in a temporary directory.
+    assert {"name": "tmp", "mountPath": "/tmp"} in agentk["volumeMounts"]
     assert kinds(docs)["PodDisruptionBudget"][0]["spec"]["minAvailable"] == 1
     assert kinds(docs)["Pod"][0]["metadata"]["annotations"]["helm.sh/hook"] == "test"
 

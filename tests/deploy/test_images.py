@@ -7,17 +7,24 @@ on a read-only root filesystem without capabilities.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
 import sys
 import tarfile
+import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.fixtures.hub import RealHub
+from tests.fixtures.system import System, http_get
+from tether.devenv.cluster import ClusterInfo
 from tether.devenv.images import ENV, IMAGES, UID, BuiltImage
+from tether.devenv.process import free_port
 
 _TIMEOUT = 600
 
@@ -89,22 +96,44 @@ def test_rebuilding_gives_the_same_digest(agentk_image: BuiltImage) -> None:
     assert again.uncompressed_bytes == agentk_image.uncompressed_bytes
 
 
-def _runc(bundle: Path, args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    """Run ``args`` in the image with runc: uid 65532, read-only root, no capabilities, a fresh netns."""
+def _runc_args(
+    bundle: Path, args: list[str], tmp_path: Path, host_network: bool = False, **options: Any
+) -> tuple[list[str], Path]:
+    """runc's command line for ``args`` in the image: uid 65532, read-only root, no capabilities.
+
+    The process gets a fresh network namespace unless ``host_network``; ``options`` may add ``env`` (a list of
+    ``K=V``), ``mounts`` (read-only bind mounts, host path -> container path) and ``tmpfs_tmp`` (a tmpfs on /tmp).
+    """
     config = json.loads((bundle / "config.json").read_text())
     process = config["process"]
     assert process["user"]["uid"] == UID
     process["terminal"] = False
     process["args"] = args
+    process["env"] += options.get("env", [])
     process["capabilities"] = {kind: [] for kind in process["capabilities"]}
-    config["root"]["readonly"] = True
+    config["root"] = {"path": str(bundle / "rootfs"), "readonly": True}
+    for source, destination in options.get("mounts", {}).items():
+        config["mounts"].append(
+            {"destination": destination, "type": "bind", "source": source, "options": ["rbind", "ro"]}
+        )
+    if options.get("tmpfs_tmp"):
+        # What the charts give every pod: an emptyDir on /tmp (agentk's internal server binds a socket there).
+        config["mounts"].append(
+            {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "mode=1777"]}
+        )
+    if host_network:
+        namespaces = config["linux"]["namespaces"]
+        config["linux"]["namespaces"] = [n for n in namespaces if n["type"] != "network"]
     run_bundle = tmp_path / "bundle"
     run_bundle.mkdir()
-    (run_bundle / "rootfs").symlink_to(bundle / "rootfs")
-    config["root"]["path"] = str(bundle / "rootfs")
     (run_bundle / "config.json").write_text(json.dumps(config))
     runc = shutil.which("runc") or "/usr/sbin/runc"
-    return _run([runc, "--root", str(tmp_path / "state"), "run", f"t-{uuid.uuid4().hex[:8]}"], cwd=run_bundle)
+    return [runc, "--root", str(tmp_path / "state"), "run", f"t-{uuid.uuid4().hex[:8]}"], run_bundle
+
+
+def _runc(bundle: Path, args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    command, run_bundle = _runc_args(bundle, args, tmp_path)
+    return _run(command, cwd=run_bundle)
 
 
 def test_agentk_help_runs_in_the_image_as_65532_on_a_read_only_root(bundle: Path, tmp_path: Path) -> None:
@@ -140,3 +169,52 @@ def test_strip_never_changes_a_file_hard_linked_elsewhere(tmp_path: Path) -> Non
     _strip(tmp_path / "site")
     assert shared.read_bytes() == before
     assert linked.stat().st_ino != shared.stat().st_ino
+
+
+@pytest.mark.k8s
+def test_agentk_in_the_image_connects_to_kas_and_gets_ready(
+    bundle: Path, tmp_path: Path, system: System, kas_hub: RealHub, k8s_cluster: ClusterInfo
+) -> None:
+    """The image's own entrypoint, as the chart runs it: a token file, POD_* variables, a read-only root."""
+    token = "image-agent-token"
+    kas_hub.add_agent(token, 9301, 9301, name="image")
+    kas = system.kas()
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    (secrets / "token").write_text(token + "\n")
+    secrets.chmod(0o755)
+    (secrets / "token").chmod(0o644)
+    port = free_port()
+    config = json.loads((bundle / "config.json").read_text())
+    args = [*config["process"]["args"], f"--kas-address={kas.agent_address}"]
+    args += ["--token-file=/etc/agentk/secrets/token", f"--observability-listen-address=127.0.0.1:{port}"]
+    args += [f"--kubeconfig=/etc/agentk/kube/{k8s_cluster.kubeconfig.name}"]
+    # The admin kubeconfig and its certificates are root's (0600): a readable copy takes their place for uid 65532.
+    kube_dir = k8s_cluster.kubeconfig.parent
+    readable = tmp_path / "kube"
+    shutil.copytree(kube_dir, readable, ignore=shutil.ignore_patterns("etcd*", "*.log", "*.sock"))
+    for copied in readable.rglob("*"):
+        copied.chmod(0o755 if copied.is_dir() else 0o644)
+    kubeconfig = readable / k8s_cluster.kubeconfig.name
+    kubeconfig.write_text(kubeconfig.read_text().replace(str(kube_dir), "/etc/agentk/kube"))
+    mounts = {str(secrets): "/etc/agentk/secrets", str(readable): "/etc/agentk/kube"}
+    env = ["POD_NAME=agentk-image-0", "POD_NAMESPACE=tether-system"]
+    command, run_bundle = _runc_args(bundle, args, tmp_path, host_network=True, env=env, mounts=mounts, tmpfs_tmp=True)
+    log = (tmp_path / "agentk.log").open("w")
+    process = subprocess.Popen(command, cwd=run_bundle, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        status = 0
+        while time.monotonic() < deadline and process.poll() is None:
+            with contextlib.suppress(OSError):  # not listening yet
+                status, _ = http_get(f"http://127.0.0.1:{port}/readiness")
+            if status == 200:
+                break
+            time.sleep(0.5)
+        assert status == 200, (tmp_path / "agentk.log").read_text()[-3000:]
+    finally:
+        runc_root = command[command.index("--root") + 1]
+        subprocess.run([command[0], "--root", runc_root, "kill", command[-1], "TERM"], check=False, timeout=30)
+        code = process.wait(timeout=60)
+        log.close()
+    assert code == 0, (tmp_path / "agentk.log").read_text()[-3000:]
