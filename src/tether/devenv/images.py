@@ -5,13 +5,14 @@ Recipe (``../shared/reference/deployment.md`` §1):
 1. A Debian 12 base rootfs from ``mmdebstrap --variant=extract``: the packages are unpacked, no maintainer
    script runs, and afterwards every file that does not come from a package of :data:`RUNTIME_PACKAGES`
    is removed (an allow-list: apt pulls in ``dpkg``, ``tar``, ``perl-base``... as dependencies; none of
-   them stays, so there is no shell, no package manager and no compiler). Cached per package list.
+   them stays, so there is no shell, no package manager and no compiler). Cached per package list
+   (``image_rootfs.py``).
 2. Our wheel (hatchling, ``SOURCE_DATE_EPOCH``) and its dependencies pinned by ``uv.lock`` (``uv export``,
    with hashes, binary wheels only) installed by ``uv pip install --target`` into
    ``/usr/local/lib/python3.11/dist-packages``: the package without extras for kas and agentk (README), with
    the ``hub`` extra for the hub. No ``.pyc`` files: their timestamps break reproducibility and a
    read-only root cannot take them anyway (``PYTHONDONTWRITEBYTECODE``).
-3. One layer tar written here in a reproducible way (sorted names, owner root, every mtime
+3. One layer tar written in a reproducible way (``image_tar.py``: sorted names, owner root, every mtime
    ``SOURCE_DATE_EPOCH``), then the OCI image layout by ``umoci`` (Debian's): ``raw add-layer`` and
    ``config`` (user 65532, entrypoint, environment, OCI labels, fixed creation time, no history).
 4. The layout packed as an OCI archive (``ctr -n k8s.io images import`` takes it), sorted and dated the
@@ -29,15 +30,11 @@ import contextlib
 import dataclasses
 import fcntl
 import hashlib
-import io
 import json
 import os
-import re
 import shutil
 import stat
-import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -47,6 +44,8 @@ from pathlib import Path
 
 from tether import __version__
 from tether.devenv.assets import cache_root
+from tether.devenv.image_rootfs import DEBIAN_SUITE, RUNTIME_PACKAGES, ImageBuildError, base_rootfs, run
+from tether.devenv.image_tar import reproducible_tar
 
 __all__ = [
     "DEFAULT_EPOCH",
@@ -67,68 +66,12 @@ Progress = Callable[[str], None]
 
 #: The runtime user and group: distroless' ``nonroot``, as upstream's images use (deployment.md §2).
 UID = 65532
-DEBIAN_SUITE = "bookworm"
-DEBIAN_MIRROR = "http://deb.debian.org/debian"
 #: Used when ``SOURCE_DATE_EPOCH`` is not set: 2025-01-01T00:00:00Z (any fixed value makes builds repeatable).
 DEFAULT_EPOCH = 1735689600
 SITE_PACKAGES = "usr/local/lib/python3.11/dist-packages"
 LAUNCHER = "usr/local/bin/tether"
 #: Image repository prefix; the tag is the package version (``localhost/tether/agentk:0.1.0``).
 REPOSITORY = "localhost/tether"
-
-#: Debian packages whose files make up the runtime image (allow-list). Python 3.11 and the shared libraries
-#: its standard library and our wheels load (grpcio and pydantic-core need libstdc++/libgcc_s), CA certificates,
-#: time zones, /etc/services (netbase) and /etc/os-release (base-files) for scanners.
-RUNTIME_PACKAGES: tuple[str, ...] = (
-    "base-files",
-    "ca-certificates",
-    "gcc-12-base",
-    "libbz2-1.0",
-    "libc6",
-    "libcom-err2",
-    "libcrypt1",
-    "libdb5.3",
-    "libexpat1",
-    "libffi8",
-    "libgcc-s1",
-    "libgssapi-krb5-2",
-    "libk5crypto3",
-    "libkeyutils1",
-    "libkrb5-3",
-    "libkrb5support0",
-    "liblzma5",
-    "libncursesw6",
-    "libnsl2",
-    "libpython3-stdlib",
-    "libpython3.11-minimal",
-    "libpython3.11-stdlib",
-    "libreadline8",
-    "libsqlite3-0",
-    "libssl3",
-    "libstdc++6",
-    "libtinfo6",
-    "libtirpc-common",
-    "libtirpc3",
-    "libuuid1",
-    "libzstd1",
-    "media-types",
-    "netbase",
-    "python3",
-    "python3-minimal",
-    "python3.11",
-    "python3.11-minimal",
-    "tzdata",
-    "zlib1g",
-)
-
-#: Package files left out of the image: documentation (but each package's ``copyright`` stays), manuals,
-#: translations, bug-report and lintian metadata, Python's test suite and IDLE.
-_EXCLUDED = re.compile(
-    r"^usr/share/(?:doc/[^/]+/(?!copyright$).*|man/|info/|locale/|lintian/|bug/|doc-base/|bash-completion/"
-    r"|pixmaps/|applications/|binfmts/|python3/debian_defaults|python3/runtime\.d/)"
-    r"|^usr/lib/python3\.11/(?:test/|idlelib/|lib2to3/tests/|ensurepip/)"
-    r"|^usr/lib/binfmt\.d/|^usr/lib/valgrind/"
-)
 
 #: Environment of every image: no bytecode writes (read-only root), logs unbuffered, a writable HOME.
 ENV: dict[str, str] = {
@@ -172,10 +115,6 @@ IMAGES: dict[str, ImageSpec] = {
 }
 
 
-class ImageBuildError(RuntimeError):
-    """A build step failed; the message names the step, the command and its output tail."""
-
-
 @dataclass(frozen=True)
 class BuiltImage:
     """A built (or cached) image.
@@ -215,19 +154,6 @@ def _epoch() -> int:
     return int(value)
 
 
-def _run(args: Sequence[str], step: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
-    try:
-        result = subprocess.run(list(args), cwd=cwd, env=env, capture_output=True, text=True, check=False)
-    except FileNotFoundError as exc:
-        raise ImageBuildError(
-            f"{step}: {args[0]} is not installed; `bash scripts/bootstrap.sh` installs mmdebstrap and umoci"
-        ) from exc
-    if result.returncode != 0:
-        tail = "\n    ".join((result.stderr or result.stdout).strip().splitlines()[-25:])
-        raise ImageBuildError(f"{step} failed (exit {result.returncode}): {' '.join(args)}\n    {tail}")
-    return result.stdout
-
-
 def _uv() -> list[str]:
     found = shutil.which("uv")
     return [found] if found else [sys.executable, "-m", "uv"]
@@ -241,95 +167,6 @@ def _digest_file(path: Path) -> str:
     return sha.hexdigest()
 
 
-# --- 1. Debian base rootfs -------------------------------------------------------------------------------
-
-
-def _deb_files(deb: Path) -> list[str]:
-    """Paths (no leading ``./``) a ``.deb`` ships, from its data archive."""
-    result = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], capture_output=True, check=False)
-    if result.returncode != 0:
-        raise ImageBuildError(f"dpkg-deb --fsys-tarfile {deb}: {result.stderr.decode(errors='replace').strip()}")
-    with tarfile.open(fileobj=io.BytesIO(result.stdout), mode="r:") as tar:
-        return [m.name.removeprefix("./").rstrip("/") for m in tar if m.name not in (".", "./")]
-
-
-def _allowed_paths(archives: Path) -> tuple[set[str], str]:
-    """Every path the allow-listed packages ship (minus :data:`_EXCLUDED`) and Debian's Python version."""
-    allowed: set[str] = set()
-    python_version = ""
-    found: set[str] = set()
-    for deb in sorted(archives.glob("*.deb")):
-        package, version = deb.name.split("_")[:2]
-        if package not in RUNTIME_PACKAGES:
-            continue
-        found.add(package)
-        if package == "python3.11-minimal":
-            python_version = version.split("-")[0]
-        allowed.update(p for p in _deb_files(deb) if not _EXCLUDED.match(p))
-    missing = sorted(set(RUNTIME_PACKAGES) - found)
-    if missing:
-        raise ImageBuildError(f"mmdebstrap did not download {', '.join(missing)}: check the package names")
-    return allowed, python_version
-
-
-def _prune(root: Path, allowed: set[str]) -> None:
-    """Delete everything under ``root`` that is not in ``allowed`` (or a directory above an allowed path)."""
-    for dirpath, dirnames, filenames in os.walk(root, topdown=False):
-        rel_dir = os.path.relpath(dirpath, root)
-        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
-            rel = name if rel_dir == "." else f"{rel_dir}/{name}"
-            if rel not in allowed:
-                os.unlink(os.path.join(dirpath, name))
-        for name in dirnames:
-            rel = name if rel_dir == "." else f"{rel_dir}/{name}"
-            path = os.path.join(dirpath, name)
-            if not os.path.islink(path) and rel not in allowed:
-                with contextlib.suppress(OSError):  # not empty: something allowed lives below
-                    os.rmdir(path)
-
-
-def _base_rootfs(cache: Path, progress: Progress) -> tuple[Path, str]:
-    """The pruned Debian rootfs (cached per package list) and its Python version (``3.11.2``)."""
-    key = hashlib.sha256(
-        json.dumps([DEBIAN_SUITE, DEBIAN_MIRROR, RUNTIME_PACKAGES, _EXCLUDED.pattern, _epoch()]).encode()
-    ).hexdigest()[:16]
-    base = cache / f"base-{key}"
-    info = base.with_suffix(".json")
-    if base.is_dir() and info.is_file():
-        return base, str(json.loads(info.read_text())["python"])
-    for old in cache.glob("base-*"):
-        shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink()
-    partial = cache / f".partial-base-{key}"
-    shutil.rmtree(partial, ignore_errors=True)
-    progress(f"images: mmdebstrap {DEBIAN_SUITE} ({len(RUNTIME_PACKAGES)} packages) into {base}")
-    started = time.monotonic()
-    env = dict(os.environ, SOURCE_DATE_EPOCH=str(_epoch()))
-    _run(
-        [
-            "mmdebstrap",
-            "--quiet",
-            "--mode=root",
-            "--variant=extract",
-            "--format=directory",
-            "--skip=cleanup/apt/cache",
-            "--include=" + ",".join(RUNTIME_PACKAGES),
-            DEBIAN_SUITE,
-            str(partial),
-            DEBIAN_MIRROR,
-        ],
-        "mmdebstrap",
-        env=env,
-    )
-    allowed, python_version = _allowed_paths(partial / "var/cache/apt/archives")
-    if not python_version.startswith("3.11."):
-        raise ImageBuildError(f"Debian's python3.11-minimal has version {python_version!r}, expected 3.11.x")
-    _prune(partial, allowed)
-    partial.rename(base)
-    info.write_text(json.dumps({"python": python_version, "packages": list(RUNTIME_PACKAGES)}))
-    progress(f"images: base rootfs ready ({time.monotonic() - started:.0f}s, Python {python_version})")
-    return base, python_version
-
-
 # --- 2. Python packages ------------------------------------------------------------------------------------
 
 
@@ -341,7 +178,7 @@ def _wheel(root: Path, out: Path) -> Path:
     if not vendor.is_file():
         raise ImageBuildError(f"{vendor} is missing: run `bash scripts/bootstrap.sh` (npm ci) before building images")
     env = dict(os.environ, SOURCE_DATE_EPOCH=str(_epoch()))
-    _run([*_uv(), "build", "--wheel", "--quiet", "--out-dir", str(out), str(root)], "uv build", cwd=root, env=env)
+    run([*_uv(), "build", "--wheel", "--quiet", "--out-dir", str(out), str(root)], "uv build", cwd=root, env=env)
     wheels = sorted(out.glob("tether-*.whl"))
     if len(wheels) != 1:
         raise ImageBuildError(f"uv build produced {[w.name for w in wheels]}, expected one tether wheel")
@@ -352,7 +189,7 @@ def _requirements(root: Path, extra: str | None) -> str:
     """The pinned, hashed dependency list of the package (plus ``extra``) from ``uv.lock``."""
     args = [*_uv(), "export", "--frozen", "--no-dev", "--no-emit-project", "--no-header", "--format"]
     args += ["requirements-txt", *(["--extra", extra] if extra else [])]
-    return _run(args, "uv export", cwd=root)
+    return run(args, "uv export", cwd=root)
 
 
 def _install_site(target: Path, requirements: Path, wheel: Path, python_version: str) -> None:
@@ -377,8 +214,8 @@ def _install_site(target: Path, requirements: Path, wheel: Path, python_version:
         "--link-mode",
         "copy",
     ]
-    _run([*common, "--require-hashes", "-r", str(requirements)], "uv pip install (dependencies)")
-    _run([*common, str(wheel)], "uv pip install (tether wheel)")
+    run([*common, "--require-hashes", "-r", str(requirements)], "uv pip install (dependencies)")
+    run([*common, str(wheel)], "uv pip install (tether wheel)")
     # Console scripts carry the build host's interpreter path; the image gets its own launcher instead.
     shutil.rmtree(target / "bin", ignore_errors=True)
     for cache in target.rglob("__pycache__"):
@@ -403,7 +240,7 @@ def _strip(target: Path) -> None:
         if path.is_symlink() or not path.is_file() or path.read_bytes()[:4] != b"\x7fELF":
             continue
         stripped = path.with_name(path.name + ".stripped")
-        _run(["strip", "--strip-unneeded", "-o", str(stripped), str(path)], "strip (binutils)")
+        run(["strip", "--strip-unneeded", "-o", str(stripped), str(path)], "strip (binutils)")
         stripped.chmod(stat.S_IMODE(path.stat().st_mode))
         stripped.replace(path)
 
@@ -431,7 +268,7 @@ def _ca_bundle(rootfs: Path) -> bytes:
     return b"".join(c.read_bytes().rstrip(b"\n") + b"\n" for c in certs)
 
 
-def stage(spec: ImageSpec, base: Path, site: Path, out: Path) -> None:
+def stage(base: Path, site: Path, out: Path) -> None:
     """Assemble the image's root filesystem in ``out`` (a fresh directory): base, packages, extra files.
 
     The Containerfile's build stage gets the same through :func:`stage_rootfs` (``--rootfs-dir``).
@@ -457,53 +294,16 @@ def stage(spec: ImageSpec, base: Path, site: Path, out: Path) -> None:
     for mount_point in ("dev", "proc", "sys", "run", "tmp"):
         (out / mount_point).mkdir(exist_ok=True)
     (out / "tmp").chmod(0o1777)
-    del spec  # every image has the same layout; the spec only decides ``site``
 
 
 # --- 3. layer and OCI archive ------------------------------------------------------------------------------
 
 
-def _walk_sorted(root: Path) -> Iterator[str]:
-    """Relative paths under ``root`` in a stable order (byte order of the names, parents first)."""
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        rel_dir = os.path.relpath(dirpath, root)
-        for name in sorted(filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]):
-            yield name if rel_dir == "." else f"{rel_dir}/{name}"
-        for name in dirnames:
-            if not os.path.islink(os.path.join(dirpath, name)):
-                yield (name if rel_dir == "." else f"{rel_dir}/{name}") + "/"
-
-
-def _reproducible_tar(root: Path, out: Path, epoch: int) -> int:
-    """Write ``root`` as a tar: sorted, owner root (0:0), every mtime ``epoch``; return the uncompressed size.
-
-    Only directories, regular files and symbolic links are allowed (a device node or socket is a build error).
-    """
-    paths = sorted(_walk_sorted(root), key=lambda p: p.rstrip("/").split("/"))
-    with out.open("wb") as raw, tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for rel in paths:
-            path = root / rel.rstrip("/")
-            st = path.lstat()
-            info = tarfile.TarInfo(rel.rstrip("/"))
-            info.mtime = epoch
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            info.mode = stat.S_IMODE(st.st_mode)
-            if stat.S_ISDIR(st.st_mode):
-                info.type = tarfile.DIRTYPE
-                tar.addfile(info)
-            elif stat.S_ISLNK(st.st_mode):
-                info.type = tarfile.SYMTYPE
-                info.linkname = os.readlink(path)
-                tar.addfile(info)
-            elif stat.S_ISREG(st.st_mode):
-                info.size = st.st_size
-                with path.open("rb") as f:
-                    tar.addfile(info, f)
-            else:
-                raise ImageBuildError(f"{rel}: only directories, files and symlinks may be in an image")
-    return out.stat().st_size
+def _layer_tar(root: Path, out: Path, epoch: int) -> int:
+    try:
+        return reproducible_tar(root, out, epoch)
+    except ValueError as exc:
+        raise ImageBuildError(str(exc)) from exc
 
 
 def _labels(spec: ImageSpec, epoch: int, source_digest: str) -> dict[str, str]:
@@ -524,16 +324,16 @@ def _oci_archive(spec: ImageSpec, layer: Path, work: Path, out: Path, epoch: int
     shutil.rmtree(layout, ignore_errors=True)
     image = f"{layout}:{__version__}"
     created = datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    _run(["umoci", "init", "--layout", str(layout)], "umoci init")
-    _run(["umoci", "new", "--image", image], "umoci new")
-    _run(["umoci", "raw", "add-layer", "--no-history", "--image", image, str(layer)], "umoci raw add-layer")
+    run(["umoci", "init", "--layout", str(layout)], "umoci init")
+    run(["umoci", "new", "--image", image], "umoci new")
+    run(["umoci", "raw", "add-layer", "--no-history", "--image", image, str(layer)], "umoci raw add-layer")
     config = ["umoci", "config", "--no-history", "--image", image, "--created", created, "--author", "Tether"]
     config += ["--architecture", "amd64", "--os", "linux", "--config.user", f"{UID}:{UID}", "--config.workingdir", "/"]
     config += [f"--config.entrypoint={arg}" for arg in spec.entrypoint]
     config += [f"--config.env={k}={v}" for k, v in ENV.items()]
     config += [f"--config.label={k}={v}" for k, v in _labels(spec, epoch, source_digest).items()]
-    _run(config, "umoci config")
-    _run(["umoci", "gc", "--layout", str(layout)], "umoci gc")
+    run(config, "umoci config")
+    run(["umoci", "gc", "--layout", str(layout)], "umoci gc")
     index = json.loads((layout / "index.json").read_text())
     manifests = index.get("manifests", [])
     if len(manifests) != 1:
@@ -541,7 +341,7 @@ def _oci_archive(spec: ImageSpec, layer: Path, work: Path, out: Path, epoch: int
     # containerd and skopeo read the full reference from this annotation (deployment.md §1).
     manifests[0]["annotations"] = {"org.opencontainers.image.ref.name": spec.reference}
     (layout / "index.json").write_text(json.dumps(index, sort_keys=True, separators=(",", ":")))
-    _reproducible_tar(layout, out, epoch)
+    _layer_tar(layout, out, epoch)
     return str(manifests[0]["digest"])
 
 
@@ -587,7 +387,7 @@ def build_images(
     epoch = _epoch()
     built: list[BuiltImage] = []
     with _exclusive(cache / ".build.lock", progress):
-        base, python_version = _base_rootfs(cache, progress)
+        base, python_version = base_rootfs(cache, _epoch(), progress)
         work = cache / "work"
         wheel = _wheel(root, work / "wheel")
         wheel_digest = _digest_file(wheel)
@@ -595,9 +395,7 @@ def build_images(
             spec = IMAGES[name]
             requirements = _requirements(root, spec.extra)
             key = hashlib.sha256(
-                json.dumps(
-                    [wheel_digest, requirements, base.name, _digest_file(Path(__file__)), epoch, spec.reference]
-                ).encode()
+                json.dumps([wheel_digest, requirements, base.name, _recipe_digest(), epoch, spec.reference]).encode()
             ).hexdigest()
             target = cache / name
             record = target / "image.json"
@@ -615,9 +413,9 @@ def build_images(
             site = work / f"site-{name}"
             _install_site(site, req_file, wheel, python_version)
             rootfs = work / f"rootfs-{name}"
-            stage(spec, base, site, rootfs)
+            stage(base, site, rootfs)
             layer = work / f"layer-{name}.tar"
-            size = _reproducible_tar(rootfs, layer, epoch)
+            size = _layer_tar(rootfs, layer, epoch)
             shutil.rmtree(target, ignore_errors=True)
             target.mkdir()
             archive_name = f"tether-{name}-{__version__}.oci.tar"
@@ -649,17 +447,23 @@ def stage_rootfs(names: Sequence[str], out: Path, progress: Progress = print) ->
     root = _repo_root()
     cache = Path(tempfile.mkdtemp(prefix="tether-images-"))
     try:
-        base, python_version = _base_rootfs(cache, progress)
+        base, python_version = base_rootfs(cache, _epoch(), progress)
         wheel = _wheel(root, cache / "wheel")
         for name in names:
             spec = IMAGES[name]
             requirements = cache / f"requirements-{name}.txt"
             requirements.write_text(_requirements(root, spec.extra))
             _install_site(cache / f"site-{name}", requirements, wheel, python_version)
-            stage(spec, base, cache / f"site-{name}", out / name)
+            stage(base, cache / f"site-{name}", out / name)
             progress(f"images: {name} root filesystem in {out / name}")
     finally:
         shutil.rmtree(cache, ignore_errors=True)
+
+
+def _recipe_digest() -> str:
+    """Digest of the build recipe: this module and its two helpers."""
+    here = Path(__file__).parent
+    return "".join(_digest_file(here / name) for name in ("images.py", "image_rootfs.py", "image_tar.py"))
 
 
 def _layer_blob_size(layout: Path) -> int:
