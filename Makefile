@@ -1,6 +1,6 @@
 # The README's two commands: `make up` runs the whole system, `make test` runs the tests.
 # Both bootstrap a fresh machine first (apt packages, Python environment, Kubernetes binaries).
-.PHONY: up test bootstrap check lint typecheck proto proto-check pytest bench format
+.PHONY: up test bootstrap check lint typecheck proto proto-check pytest bench format images
 
 # After bootstrap everything runs from the project virtual environment.
 BIN := .venv/bin
@@ -34,6 +34,10 @@ proto-check:
 
 pytest:
 	$(BIN)/pytest -p no:cacheprovider
+
+# Container images of kas, agentk and the hub as OCI archives in ~/.cache/tether/images (reused when unchanged).
+images: bootstrap
+	$(BIN)/python -m tether.devenv.images
 
 bench: bootstrap
 	$(BIN)/python bench/testenv.py

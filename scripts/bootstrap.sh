@@ -22,6 +22,10 @@ command -v runc >/dev/null 2>&1 || [ -x /usr/sbin/runc ] || missing+=(runc)
 [ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
 command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || missing+=(iptables)
 dpkg-query -W -f="\${Status}" busybox-static 2>/dev/null | grep -q "ok installed" || missing+=(busybox-static)
+# Container images (make images): a Debian rootfs without a daemon, the OCI layout, runc (above) to try the image.
+command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
+command -v umoci >/dev/null 2>&1 || missing+=(umoci)
+command -v strip >/dev/null 2>&1 || missing+=(binutils)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "bootstrap: installing Debian packages: ${missing[*]}"
   SUDO=""
@@ -53,6 +57,9 @@ python3 -m uv sync --frozen --quiet --python python3.11
 # kubelet, kube-proxy, CoreDNS and local-path-provisioner, once per machine (cached under ~/.cache/tether);
 # prints progress, returns at once when cached.
 .venv/bin/tether dev cluster build
+
+# helm, built from its Go module once per machine (cached under ~/.cache/tether/helm): the charts' tests use it.
+.venv/bin/python -m tether.devenv.helm
 
 # Builds upstream GitLab kas, agentk and glab from ../shared/upstream once per machine (cached under
 # ~/.cache/tether/upstream), the peers of the interop tests; prints progress, returns at once when cached.

@@ -1,0 +1,39 @@
+{{- define "tether.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 52 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "tether.labels" -}}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/part-of: tether
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* Selector labels of one component: kas, hub or redis. */}}
+{{- define "tether.selector" -}}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/name: {{ .component }}
+{{- end -}}
+
+{{- define "tether.image" -}}
+{{ .image.repository }}:{{ default .root.Chart.AppVersion .image.tag }}
+{{- end -}}
+
+{{- define "tether.secretName" -}}
+{{- default (printf "%s-secrets" (include "tether.fullname" .)) .Values.secrets.existingSecret -}}
+{{- end -}}
+
+{{- define "tether.redisAddress" -}}
+{{- if .Values.redis.bundled -}}
+{{- printf "%s-redis:6379" (include "tether.fullname" .) -}}
+{{- else if .Values.redis.external.address -}}
+{{- .Values.redis.external.address -}}
+{{- else -}}
+{{- fail "redis.bundled is false: set redis.external.address (host:port)" -}}
+{{- end -}}
+{{- end -}}

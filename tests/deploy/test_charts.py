@@ -1,0 +1,302 @@
+"""The Helm charts in deploy/helm: lint, the values schemas, what they render, and the real API server's verdict.
+
+helm is the one ``make bootstrap`` builds from its Go module; ``kubectl apply --dry-run=server`` sends the
+rendered objects to the test cluster's kube-apiserver, which validates them as it would on install.
+Every flag, environment variable and configuration key the charts give Tether is checked against the real CLI
+and configuration schemas.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.fixtures.k8s import Kubectl
+from tether.agentk.command import agentk_command
+from tether.devenv.assets import K8S_VERSION
+from tether.devenv.helm import helm_path
+from tether.hub.config import ENV_OVERRIDES
+from tether.modserver.config import load_config
+
+CHARTS = Path(__file__).resolve().parents[2] / "deploy" / "helm"
+AGENT = CHARTS / "tether-agent"
+SERVER = CHARTS / "tether"
+TOKEN = ["--set", "config.token=glagent-test-token"]
+
+
+def _helm(*args: str) -> subprocess.CompletedProcess[str]:
+    helm = helm_path()
+    if not helm.is_file():
+        pytest.fail(f"{helm} is missing: run `bash scripts/bootstrap.sh` (it builds helm from its Go module)")
+    return subprocess.run([str(helm), *args], capture_output=True, text=True, check=False, timeout=120)
+
+
+def render(chart: Path, *values: str, namespace: str = "tether") -> list[dict[str, Any]]:
+    result = _helm("template", "t", str(chart), "--namespace", namespace, "--kube-version", K8S_VERSION, *values)
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def render_error(chart: Path, *values: str) -> str:
+    result = _helm("template", "t", str(chart), "--kube-version", K8S_VERSION, *values)
+    assert result.returncode != 0, "rendering should have failed"
+    return result.stderr
+
+
+def kinds(docs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    found: dict[str, list[dict[str, Any]]] = {}
+    for doc in docs:
+        found.setdefault(doc["kind"], []).append(doc)
+    return found
+
+
+def container(docs: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    for deployment in kinds(docs)["Deployment"]:
+        for c in deployment["spec"]["template"]["spec"]["containers"]:
+            if c["name"] == name:
+                return c  # type: ignore[no-any-return]
+    raise AssertionError(f"no container {name}")
+
+
+@pytest.mark.parametrize("chart", [AGENT, SERVER], ids=lambda c: c.name)
+def test_helm_lint(chart: Path) -> None:
+    result = _helm("lint", "--strict", str(chart), *(TOKEN if chart == AGENT else []))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --- tether-agent --------------------------------------------------------------------------------------------
+
+
+def test_agent_without_a_token_says_what_to_set() -> None:
+    assert "set config.token" in render_error(AGENT)
+
+
+def test_agent_defaults_are_restricted_and_probed() -> None:
+    docs = render(AGENT, *TOKEN)
+    deployment = kinds(docs)["Deployment"][0]
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsUser"] == 65532
+    agentk = container(docs, "agentk")
+    sc = agentk["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["runAsNonRoot"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert agentk["livenessProbe"]["httpGet"] == {"path": "/liveness", "port": "observability"}
+    assert agentk["readinessProbe"]["httpGet"] == {"path": "/readiness", "port": "observability"}
+    assert agentk["ports"] == [{"name": "observability", "containerPort": 8080, "protocol": "TCP"}]
+    assert {e["name"] for e in agentk["env"]} >= {"POD_NAMESPACE", "POD_NAME"}
+    # The root is read-only; agentk's internal server binds its socket in a temporary directory.
+    assert {"name": "tmp", "mountPath": "/tmp"} in agentk["volumeMounts"]
+    assert kinds(docs)["PodDisruptionBudget"][0]["spec"]["minAvailable"] == 1
+    assert kinds(docs)["Pod"][0]["metadata"]["annotations"]["helm.sh/hook"] == "test"
+
+
+def test_agent_args_are_real_agentk_flags() -> None:
+    docs = render(AGENT, *TOKEN, "--set-string", "config.kasCaCert=PEM", "--set", "config.kasHeaders[0]=X-A: b")
+    known = {opt for param in agentk_command.params for opt in getattr(param, "opts", [])}
+    args = container(docs, "agentk")["args"]
+    assert args[0] == "--kas-address=grpcs://kas.example.com:443"
+    assert {a.split("=", 1)[0] for a in args} <= known
+    assert "--ca-cert-file=/etc/agentk/kas-ca/ca.crt" in args
+    assert "--observability-listen-address=:8080" in args
+
+
+def _rules(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    (role,) = kinds(docs)["ClusterRole"]
+    return role["rules"]  # type: ignore[no-any-return]
+
+
+def test_least_privilege_preset_has_no_wildcards_and_reads_no_secrets() -> None:
+    docs = render(AGENT, *TOKEN)
+    rules = _rules(docs)
+    for rule in rules:
+        for key in ("verbs", "resources", "apiGroups", "nonResourceURLs"):
+            assert "*" not in rule.get(key, []), rule
+    secrets = [r for r in rules if "secrets" in r.get("resources", [])]
+    assert all(not {"get", "list", "watch"} & set(r["verbs"]) for r in secrets)
+    impersonation = {res for r in rules if "impersonate" in r["verbs"] for res in r["resources"]}
+    assert {"users", "groups", "userextras/agent.gitlab.com/id"} <= impersonation
+    (binding,) = kinds(docs)["ClusterRoleBinding"]
+    assert binding["roleRef"]["name"] == "t-tether-agent"
+    (lease_role,) = kinds(docs)["Role"]
+    assert lease_role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}
+    ]
+
+
+def test_least_privilege_parts_can_be_turned_off() -> None:
+    docs = render(
+        AGENT, *TOKEN, "--set", "rbac.leastPrivilege.workspaces=false,rbac.leastPrivilege.impersonation=false"
+    )
+    verbs = {v for r in _rules(docs) for v in r["verbs"]}
+    assert verbs == {"get", "list", "watch"}
+
+
+@pytest.mark.parametrize(
+    ("values", "role"),
+    [(["--set", "rbac.preset=clusterAdmin"], "cluster-admin"), (["--set", "rbac.useExistingRole=mine"], "mine")],
+)
+def test_agent_binds_cluster_admin_or_an_existing_role_instead(values: list[str], role: str) -> None:
+    docs = render(AGENT, *TOKEN, *values)
+    assert "ClusterRole" not in kinds(docs)
+    assert kinds(docs)["ClusterRoleBinding"][0]["roleRef"]["name"] == role
+    assert "Role" in kinds(docs), "the Lease Role comes with every RBAC choice"
+
+
+def test_agent_rbac_create_false_creates_no_rbac() -> None:
+    found = kinds(render(AGENT, *TOKEN, "--set", "rbac.create=false"))
+    assert not {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"} & set(found)
+
+
+def test_agent_token_from_an_existing_secret() -> None:
+    docs = render(AGENT, "--set", "config.secretName=my-agent-token")
+    assert "Secret" not in kinds(docs)
+    volumes = kinds(docs)["Deployment"][0]["spec"]["template"]["spec"]["volumes"]
+    assert volumes[0]["secret"]["secretName"] == "my-agent-token"
+
+
+@pytest.mark.parametrize(
+    ("address", "port"), [("grpc://kas.tether:8150", 8150), ("grpcs://kas.example.com", 443), ("grpc://kas", 80)]
+)
+def test_network_policy_allows_dns_kas_and_the_api_server_only(address: str, port: int) -> None:
+    docs = render(AGENT, *TOKEN, "--set", f"config.kasAddress={address}")
+    (policy,) = kinds(docs)["NetworkPolicy"]
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    egress = policy["spec"]["egress"]
+    assert [p["port"] for p in egress[0]["ports"]] == [53, 53]
+    assert egress[1]["ports"] == [{"port": port, "protocol": "TCP"}]
+    assert [p["port"] for p in egress[2]["ports"]] == [443, 6443]
+    assert len(egress) == 3
+
+
+def test_service_monitor_switch() -> None:
+    assert "ServiceMonitor" not in kinds(render(AGENT, *TOKEN))
+    (monitor,) = kinds(render(AGENT, *TOKEN, "--set", "serviceMonitor.enabled=true"))["ServiceMonitor"]
+    assert monitor["spec"]["endpoints"][0]["port"] == "observability"
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (["--set", "rbac.preset=admin"], "/rbac/preset"),
+        (["--set", "config.kasAddress=https://kas.example.com"], "/config/kasAddress"),
+        (["--set", "replica=3"], "replica"),
+        (["--set", "replicas=0"], "/replicas"),
+    ],
+)
+def test_agent_schema_rejects_bad_values(values: list[str], message: str) -> None:
+    assert message in render_error(AGENT, *TOKEN, *values)
+
+
+AGENT_COMBINATIONS = [
+    [],
+    ["--set", "rbac.preset=clusterAdmin", "--set-string", "config.kasCaCert=-----BEGIN CERTIFICATE-----"],
+    ["--set", "networkPolicy.enabled=false,podDisruptionBudget.enabled=false,serviceAccount.create=false"],
+    ["--set", "networkPolicy.allowPodEgress=true,networkPolicy.apiServerCidrs[0]=10.0.0.1/32"],
+]
+
+
+@pytest.mark.k8s
+@pytest.mark.parametrize("values", AGENT_COMBINATIONS, ids=range(len(AGENT_COMBINATIONS)))
+def test_agent_chart_is_valid_for_the_api_server(values: list[str], kubectl: Kubectl, k8s_namespace: str) -> None:
+    docs = render(AGENT, *TOKEN, *values, namespace=k8s_namespace)
+    _dry_run(kubectl, docs, k8s_namespace)
+
+
+def _dry_run(kubectl: Kubectl, docs: list[dict[str, Any]], namespace: str) -> None:
+    manifest = yaml.safe_dump_all(docs)
+    result = kubectl.run("apply", "--dry-run=server", "-n", namespace, "-f", "-", input_text=manifest, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("(server dry run)") == len(docs)
+
+
+# --- tether (server side) ------------------------------------------------------------------------------------
+
+
+def test_kas_configuration_is_valid_for_kas(tmp_path: Path) -> None:
+    values = ["--set", "kas.tls.secretName=kas-tls,redis.bundled=false,redis.external.address=redis:6379"]
+    values += ["--set", "redis.external.passwordSecret=redis-pw,kas.workspaces.enabled=true"]
+    values += ["--set", "kas.workspaces.dnsZones[0]=workspaces.example.com"]
+    values += ["--set", "kas.extraConfig.routing.tunnel_find_timeout=30s"]
+    (config_map,) = kinds(render(SERVER, *values))["ConfigMap"]
+    (tmp_path / "kas.yaml").write_text(config_map["data"]["kas.yaml"])
+    config = load_config(tmp_path / "kas.yaml")
+    assert config.agent.listen.address == "0.0.0.0:8150"
+    assert config.agent.listen.certificate_file == Path("/etc/tether/tls/tls.crt")
+    assert config.redis is not None
+    assert config.redis.password_file == Path("/etc/tether/redis/password")
+    assert config.workspaces is not None
+    assert config.routing.tunnel_find_timeout == 30.0
+
+
+def test_server_defaults_render_kas_hub_and_a_trial_redis() -> None:
+    docs = render(SERVER)
+    names = {d["metadata"]["name"] for d in kinds(docs)["Deployment"]}
+    assert names == {"t-tether-kas", "t-tether-hub", "t-tether-redis"}
+    kas = container(docs, "kas")
+    assert kas["args"] == ["--configuration-file=/etc/tether/kas/kas.yaml"]
+    assert {"name": "OWN_PRIVATE_API_URL", "value": "grpc://$(POD_IP):8155"} in kas["env"]
+    hub = container(docs, "hub")
+    assert {e["name"] for e in hub["env"]} <= set(ENV_OVERRIDES)
+    for c in (kas, hub):
+        assert c["securityContext"]["readOnlyRootFilesystem"] is True
+        assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert kinds(docs)["PersistentVolumeClaim"][0]["metadata"]["name"] == "t-tether-hub"
+    (secret,) = kinds(docs)["Secret"]
+    assert set(secret["data"]) == {"gitlab_secret", "api_secret", "private_api_secret"}
+
+
+def test_hub_on_postgresql_keeps_the_url_in_a_secret_and_scales() -> None:
+    docs = render(SERVER, "--set", "hub.database.url=postgresql+asyncpg://u:p@db:5432/hub,hub.replicas=2")
+    assert "PersistentVolumeClaim" not in kinds(docs)
+    env = {e["name"]: e for e in container(docs, "hub")["env"]}
+    assert env["TETHER_HUB_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {"name": "t-tether-database", "key": "url"}
+    assert "u:p@" not in yaml.safe_dump(container(docs, "hub"))
+
+
+def test_hub_on_sqlite_refuses_two_replicas() -> None:
+    assert "SQLite serves one replica" in render_error(SERVER, "--set", "hub.replicas=2")
+
+
+def test_external_redis_needs_an_address() -> None:
+    assert "redis.external.address" in render_error(SERVER, "--set", "redis.bundled=false")
+
+
+def test_ingress_passes_grpc_to_the_agent_listener_and_long_websockets_to_the_proxy() -> None:
+    hosts = "ingress.kasAgentHost=kas.example.com,ingress.kasProxyHost=k8s.example.com,ingress.hubHost=hub.example.com"
+    docs = render(SERVER, "--set", f"ingress.enabled=true,{hosts}")
+    ingresses = {i["metadata"]["name"]: i for i in kinds(docs)["Ingress"]}
+    agent = ingresses["t-tether-agent"]
+    assert agent["metadata"]["annotations"]["nginx.ingress.kubernetes.io/backend-protocol"] == "GRPC"
+    backend = agent["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
+    assert backend == {"name": "t-tether-kas", "port": {"name": "grpc-agent"}}
+    proxy = ingresses["t-tether-proxy"]["metadata"]["annotations"]
+    assert proxy["nginx.ingress.kubernetes.io/proxy-read-timeout"] == "7200"
+    assert "t-tether-hub" in ingresses
+
+
+def test_server_schema_rejects_bad_values() -> None:
+    assert "/redis/external/address" in render_error(SERVER, "--set", "redis.external.address=redis://x")
+    assert "/kas/replicas" in render_error(SERVER, "--set", "kas.replicas=0")
+
+
+SERVER_COMBINATIONS = [
+    [],
+    ["--set", "hub.database.url=postgresql+asyncpg://u:p@db/hub,redis.bundled=false,redis.external.address=r:6379"],
+    ["--set", "ingress.enabled=true,ingress.kasAgentHost=kas.example.com,ingress.kasProxyHost=k8s.example.com"],
+    ["--set", "hub.enabled=false,kas.workspaces.enabled=true,kas.workspaces.pathUrl=https://ws.example.com"],
+]
+
+
+@pytest.mark.k8s
+@pytest.mark.parametrize("values", SERVER_COMBINATIONS, ids=range(len(SERVER_COMBINATIONS)))
+def test_server_chart_is_valid_for_the_api_server(values: list[str], kubectl: Kubectl, k8s_namespace: str) -> None:
+    _dry_run(kubectl, render(SERVER, *values, namespace=k8s_namespace), k8s_namespace)
