@@ -342,8 +342,8 @@ async def _refresh_20000_connections(backend: RedisBackend) -> None:
         f"{during_refresh} routed reads answered during it, each after at most {max(spans)} transactions; "
         f"routed read max {max(latencies) * 1000:.1f} ms"
     )
-    # Bounded transactions (REFRESH_BATCH_KEYS keys each) that leave room for other commands between them...
-    assert transactions >= count // REFRESH_BATCH_KEYS, transactions
+    # Bounded transactions (a few hundred keys each at most; 2 * count keys here) leave room for other commands...
+    assert transactions >= 2 * count // 300, transactions
     # ...so routed reads are answered while the refresh runs, each behind a few of its transactions at most,
     # never behind the whole refresh. Both are counts: a loaded machine slows reads and refresh alike.
     assert during_refresh >= 10, f"only {during_refresh} routed reads were answered during the refresh"
