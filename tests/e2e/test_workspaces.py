@@ -193,8 +193,10 @@ def test_configuration_edits_never_delete_workspaces(env: Env) -> None:
     def reconciled_after(configurations: int, more: int) -> None:
         calls = env.hub.internal_calls("modules/remote_development/reconcile")
         poll_sync(
-            lambda: applied() > configurations
-            and env.hub.internal_calls("modules/remote_development/reconcile") >= calls + more,
+            lambda: (
+                applied() > configurations
+                and env.hub.internal_calls("modules/remote_development/reconcile") >= calls + more
+            ),
             f"agentk to take the new configuration and reconcile {more} more times",
             60,
             interval=0.2,
