@@ -224,6 +224,7 @@ async def test_no_credential_of_tether_reaches_the_workspace(connected: Env) -> 
         async with client.get(env.path_url("/headers"), headers={**env.owner_auth, **extra}) as response:
             assert response.status == 200, await response.text()
             echoes.append(await response.json())
+            assert "X-Frame-Options" not in response.headers, "the workspace's own answer: kas adds no policy"
         # A shared cookie domain (sessions.kas_cookie_domain covering the zone): the same cookies at a zone host.
         hub_cookies = (
             f"_gitlab_session={jar['_gitlab_session']}; _gitlab_kas={jar['_gitlab_session']}; "

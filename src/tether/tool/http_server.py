@@ -75,11 +75,14 @@ class _SafeRequestHandler(RequestHandler):
         exc: BaseException | None = None,
         message: str | None = None,
     ) -> web.StreamResponse:
+        # Answered before any route matched (an Application's signals do not run): the headers are added here.
         if not isinstance(exc, HttpProcessingError):
-            return super().handle_error(request, status, exc, message)
+            response = super().handle_error(request, status, exc, message)
+            _complete(response, OWN_HEADERS)
+            return response
         # The exception's text quotes the raw request bytes: log and answer without it.
         log.info("malformed HTTP request from %s refused: %s", request.remote, type(exc).__name__)
-        response = web.Response(status=400, text=MALFORMED_REQUEST_BODY)
+        response = web.Response(status=400, text=MALFORMED_REQUEST_BODY, headers=OWN_HEADERS)
         response.force_close()
         return response
 
