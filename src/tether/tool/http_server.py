@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 MALFORMED_REQUEST_BODY = "400 Bad Request: malformed request line or header (e.g. a control character)\n"
 
 
-#: kas' own answers: never sniffed, framed or cached by referrers; as documents they may load nothing.
+#: kas' own answers: never sniffed or framed, their URLs never passed on as referrers; as documents they load nothing.
 OWN_HEADERS: Mapping[str, str] = {
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
