@@ -20,7 +20,8 @@ idle tunnels. ``connect_10000_agents_seconds`` runs from the simulator's start u
 configuration stream has brought its first configuration (what agentk's readiness waits for) and kas holds
 every tunnel idle (kas' ``connected_agents_count`` is not used: it is refreshed from Redis every 5 s);
 ``kas_rss_10000_agents_mib`` is kas' RSS 10 s later; ``stream_reopens_10000_agents`` counts the streams the
-agents had to re-open during the run. kas runs as an image carries it (the runtime package installed without
+agents re-opened during the run, configuration streams and tunnels, whatever ended them (an error or a normal
+end). kas runs as an image carries it (the runtime package installed without
 extras into an empty virtual environment, as in ``bench/footprint.py``); the same three figures with the
 development environment's kas are recorded beside them with the suffix ``_dev_venv``.
 
@@ -140,7 +141,7 @@ async def many_agents(count: int, tether: str, suffix: str) -> dict[str, tuple[f
             reader = threading.Thread(target=lambda: [lines.put(line) for line in sim.stdout or ()], daemon=True)
             reader.start()
             configured_s = tunnels_s = 0.0
-            ended = {}
+            ended: dict[str, int] | None = None
             try:
                 deadline = began + 600
                 while not (configured_s and tunnels_s):
@@ -165,6 +166,9 @@ async def many_agents(count: int, tether: str, suffix: str) -> dict[str, tuple[f
                     if line.startswith("ended "):
                         ended = json.loads(line.removeprefix("ended "))
                 sim.wait(120)
+            # No "ended" line means the simulator did not finish its count: 0 re-opens would be a guess.
+            if ended is None or sim.returncode != 0:
+                raise RuntimeError(f"the agent simulator exited with {sim.returncode} without its re-open count")
             log = (kas.directory / "kas.log").read_text()
             redis_failures = sum(word in log for word in ("MaxConnectionsError", "Too many connections"))
         finally:
@@ -172,7 +176,7 @@ async def many_agents(count: int, tether: str, suffix: str) -> dict[str, tuple[f
             running.stop()
             redis.stop()
     print(
-        f"re-opened streams by status: {ended}; Redis pool failures in the kas log: {redis_failures}; "
+        f"re-opened streams by kind and status: {ended}; Redis pool failures in the kas log: {redis_failures}; "
         f"kas' connected_agents_count (refreshed from Redis every 5 s) then: {agents_seen:.0f}"
     )
     return {

@@ -3,7 +3,8 @@
 Usage: ``python bench/sim_agents.py <kas agent host:port> <token prefix> <count> [agents per connection]``;
 tokens are ``<prefix><i>`` for i in 0..count-1. Prints ``configured`` once every agent's configuration stream
 has brought its first configuration (what agentk's readiness waits for), runs until stdin closes, then prints
-``ended <JSON>``: how many streams ended and were re-opened during the run, by status.
+``ended <JSON>``: how many streams ended and were re-opened during the run, by kind (``tunnel``, ``config``)
+and status (``OK`` when kas ended the stream normally, which counts too: every re-open does).
 """
 
 from __future__ import annotations
@@ -38,10 +39,19 @@ ENDED: dict[str, int] = {}
 CONFIGURED: set[int] = set()
 
 
+def reopened(kind: str, reason: str, detail: str = "") -> None:
+    """Count one stream that ended during the run and is re-opened, whatever ended it (the first of each
+    kind and reason is described on stderr)."""
+    key = f"{kind} {reason}"
+    if key not in ENDED:
+        print(f"{kind} stream ended: {reason} {detail}", file=sys.stderr, flush=True)
+    ENDED[key] = ENDED.get(key, 0) + 1
+
+
 async def keep_tunnel(
     stub: tunnel_grpc.ReverseTunnelStub, metadata: tuple[tuple[str, str], ...], stop: asyncio.Event
 ) -> None:
-    """One idle tunnel, re-opened whenever kas ends it, as agentk's pool does.
+    """One idle tunnel, re-opened whenever it ends (however it ends), as agentk's pool does.
 
     The descriptor goes through :class:`~tether.tool.grpc_stream.CallWriter`, as in agentk: a write racing the
     stream's end must not hide the status kas ended it with.
@@ -52,16 +62,14 @@ async def keep_tunnel(
             await CallWriter(call).write(DESCRIPTOR.SerializeToString())
             while await call.read() is not grpc.aio.EOF:
                 pass
-            reason = (await call.code()).name
+            reason, detail = (await call.code()).name, ""
         except grpc.aio.AioRpcError as exc:
-            reason = exc.code().name
-            if reason not in ENDED:
-                print(
-                    f"tunnel ended: {reason}: {exc.details()} {exc.debug_error_string()}", file=sys.stderr, flush=True
-                )
+            reason, detail = exc.code().name, f"{exc.details()} {exc.debug_error_string()}"
+        except Exception as exc:  # any other end is a re-open too, never a silent stop
+            reason, detail = type(exc).__name__, str(exc)
         if stop.is_set():
             return
-        ENDED[reason] = ENDED.get(reason, 0) + 1
+        reopened("tunnel", reason, detail)
         await asyncio.sleep(1.0)
 
 
@@ -72,7 +80,8 @@ async def keep_config(
     count: int,
     stop: asyncio.Event,
 ) -> None:
-    """The configuration stream, re-opened when it ends; agent ``i`` of ``count`` is configured at its first message."""
+    """The configuration stream, re-opened whenever it ends (with a status, OK included, or an error); agent
+    ``i`` of ``count`` is configured at its first message."""
     request = config_pb2.ConfigurationRequest(agent_meta=AgentMeta(version="sim", pod_name=f"sim-{i}"))
     while not stop.is_set():
         call = stub.GetConfiguration(request, metadata=metadata)
@@ -82,10 +91,15 @@ async def keep_config(
                     CONFIGURED.add(i)
                     if len(CONFIGURED) == count:
                         print("configured", flush=True)
+            reason, detail = (await call.code()).name, ""
         except grpc.aio.AioRpcError as exc:
-            ENDED["config " + exc.code().name] = ENDED.get("config " + exc.code().name, 0) + 1
-        if not stop.is_set():
-            await asyncio.sleep(1.0)
+            reason, detail = exc.code().name, str(exc.details())
+        except Exception as exc:  # any other end is a re-open too, never a silent stop
+            reason, detail = type(exc).__name__, str(exc)
+        if stop.is_set():
+            return
+        reopened("config", reason, detail)
+        await asyncio.sleep(1.0)
 
 
 async def main() -> None:

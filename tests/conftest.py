@@ -5,6 +5,7 @@ import os
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 pytest_plugins = [
+    "pytester",  # tests/unit/test_log_net.py runs the log net in a pytest session of its own
     "tests.fixtures.secrets_in_logs",
     "tests.fixtures.servers",
     "tests.fixtures.k8s",

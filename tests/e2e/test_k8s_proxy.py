@@ -375,6 +375,10 @@ async def test_refusals_are_status_json_with_clear_messages(
     async with https_client(proxied.kas1) as client:
         async with client.get(base + "api", headers={"Authorization": f"Bearer {proxied.pat(robot)}"}) as response:
             assert response.status == 200 and (await response.json())["kind"] == "APIVersions"
+            # A relayed answer is never sniffed or framed either (issue 27 item 8).
+            assert response.headers["X-Content-Type-Options"] == "nosniff"
+            assert response.headers["X-Frame-Options"] == "DENY"
+            assert response.headers["Content-Security-Policy"] == "frame-ancestors 'none'"
         for what, url, headers, code, fragment in cases:
             async with client.get(url, headers=headers) as response:
                 assert response.status == code, what
@@ -389,6 +393,7 @@ async def test_refusals_are_status_json_with_clear_messages(
                 assert status["message"].startswith("GitLab Agent Server: "), what
                 assert fragment in status["message"], (what, status["message"])
                 assert (response.headers.get("Gitlab-Unauthorized") == "true") == (code == 401), what
+                assert response.headers["X-Content-Type-Options"] == "nosniff", what
 
     # The same refusals as kubectl users see them. (Discovery errors hide the server's message, so these use
     # --raw; without any credentials kubectl would prompt for a password.)

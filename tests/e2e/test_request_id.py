@@ -2,8 +2,9 @@
 (issue 9 item 6).
 
 kas gives each proxied request an id, logs with it, and passes it to agentk (gRPC metadata) and to the hub
-(``X-Request-Id``); every process writes JSON lines with the same context fields. agentk's connection id (its
-pod id) is on its own lines and on kas' lines about its tunnels, configuration stream and registrations.
+(``X-Request-Id``, which the hub's access log records); every process writes JSON lines with the same context
+fields. agentk's connection id (its pod id) is on its own lines and on kas' lines about its tunnels,
+configuration stream and registrations.
 """
 
 from __future__ import annotations
@@ -14,15 +15,12 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from tests.e2e.test_k8s_proxy_upgrade import client_tls
 from tests.fixtures.bulk_endpoint import Bulk, agent_behind
 from tests.fixtures.hub import RealHub
 from tests.fixtures.system import KasProc, System
 from tests.support.polling import poll_sync
-from tether.modserver.gitlab_client import GitlabClient, GitlabClientError
-from tether.tool.logs import bind
 
 pytestmark = [pytest.mark.redis]
 
@@ -46,7 +44,7 @@ async def get_broken(kas: KasProc, agent_id: int, pat: str) -> None:
         assert resp.status == 502
 
 
-async def test_request_id_follows_a_request_from_kas_to_agentk(
+async def test_request_id_follows_a_request_from_kas_to_agentk_and_the_hub(
     system: System, kas_hub: RealHub, bulk: Bulk, tmp_path: Path
 ) -> None:
     kas1, kas2 = system.kas(), system.kas()
@@ -64,10 +62,17 @@ async def test_request_id_follows_a_request_from_kas_to_agentk(
 
     poll_sync(lambda: all(failures()), "both processes logging the failed request", limit=10)
     on_kas, on_agentk = failures()
-    assert on_kas[-1]["request_id"] == on_agentk[-1]["request_id"]
+    request_id = on_kas[-1]["request_id"]
+    assert request_id and request_id == on_agentk[-1]["request_id"]
     assert on_kas[-1]["agent_id"] == agent_id == on_agentk[-1]["agent_id"]
     assert on_kas[-1]["kas_url"] == kas1.private_url
     assert on_agentk[-1]["kas_url"].endswith(str(kas2.ports["agent"]))
+    # kas1 asked the real hub whether the token may use the agent (X-Request-Id): the hub's access log has the id.
+    authorizations = [
+        line for line in kas_hub.log.text.splitlines() if "/api/v4/internal/kubernetes/authorize_proxy_user " in line
+    ]
+    assert authorizations, "kas asked the hub about the token"
+    assert any(line.endswith(f" request_id={request_id}") for line in authorizations), authorizations
 
 
 async def test_connection_id_ties_kas_lines_of_tunnels_and_configuration_stream_to_agentk(
@@ -100,28 +105,3 @@ async def test_connection_id_ties_kas_lines_of_tunnels_and_configuration_stream_
         assert line["connection_id"] == connection_id, (event, line)
         assert line["agent_id"] == agent_id, (event, line)
         assert line["kas_url"] == kas.private_url
-
-
-async def test_kas_sends_the_request_id_to_the_hub() -> None:
-    seen: list[str | None] = []
-
-    async def agent_info(request: web.Request) -> web.Response:
-        seen.append(request.headers.get("X-Request-Id"))
-        return web.json_response({"message": "no"}, status=401)
-
-    app = web.Application()
-    app.router.add_get("/api/v4/internal/kubernetes/agent_info", agent_info)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    client = GitlabClient(f"http://127.0.0.1:{runner.addresses[0][1]}", b"s" * 32)
-    try:
-        with bind(request_id="r-123"), pytest.raises(GitlabClientError):
-            await client.get_agent_info("token")
-        with pytest.raises(GitlabClientError):
-            await client.get_agent_info("token")
-    finally:
-        await client.close()
-        await runner.cleanup()
-    assert seen == ["r-123", None]

@@ -40,7 +40,13 @@ async def test_kas_proxy_throttles_refused_credentials_per_address(
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=tls)) as http:
             for index in range(LIMIT + 2):
                 kas = (kas1, kas2)[index % 2]  # the count is shared through Redis
-                headers = {"Authorization": f"Bearer pat:1:glpat-guess-{index}"}
+                # A made-up client address per attempt changes nothing: kas believes only the peer (issue 27).
+                headers = {
+                    "Authorization": f"Bearer pat:1:glpat-guess-{index}",
+                    "X-Forwarded-For": f"203.0.113.{index}",
+                    "Forwarded": f"for=203.0.113.{index}",
+                    "X-Real-IP": f"203.0.113.{index}",
+                }
                 async with http.get(kas.k8s_proxy_url + "api/v1/namespaces", headers=headers) as response:
                     statuses.append(response.status)
                     body = await response.json()
@@ -67,3 +73,29 @@ def test_hub_throttles_failed_sign_ins_and_unknown_tokens_per_address(hub_launch
     with httpx.Client(base_url=hub.url, timeout=30) as client:
         metrics = client.get("/-/metrics").text
     assert 'tether_rate_limited_total{limit="hub_auth_failures"}' in metrics
+
+
+def test_hub_ignores_forwarded_for_from_peers_that_are_not_configured_proxies(hub_launcher: HubLauncher) -> None:
+    """Issue 27 item 8: from 127.0.0.1 a made-up ``X-Forwarded-For`` per attempt escaped the throttle."""
+    hub = hub_launcher.launch({"security.failed_auth_per_source_per_minute": LIMIT})
+    hub.user("bob")
+    statuses = [
+        post_sign_in(hub, "bob", f"glpat-wrong-{i}", {"X-Forwarded-For": f"203.0.113.{i}"}).status_code
+        for i in range(LIMIT + 2)
+    ]
+    assert statuses == [401] * LIMIT + [429, 429], statuses
+
+
+def test_hub_believes_forwarded_for_from_a_configured_proxy(hub_launcher: HubLauncher) -> None:
+    hub = hub_launcher.launch(
+        {"security.failed_auth_per_source_per_minute": LIMIT, "security.trusted_proxies": ["127.0.0.0/8"]}
+    )
+    hub.user("bob")
+
+    def attempt(forwarded_for: str) -> int:
+        return post_sign_in(hub, "bob", "glpat-wrong", {"X-Forwarded-For": forwarded_for}).status_code
+
+    # The proxy appends the address it saw: what the client wrote before it does not count.
+    statuses = [attempt(f"198.51.100.{i}, 203.0.113.7") for i in range(LIMIT + 1)]
+    assert statuses == [401] * LIMIT + [429], statuses
+    assert attempt("203.0.113.8") == 401, "another client behind the proxy has its own count"

@@ -197,7 +197,59 @@ async def test_the_owner_loads_the_page_in_both_forms_without_passing_credential
         # The workspace cannot set kas' session cookie; its own cookies pass.
         async with client.get(env.host_url("/set-cookie"), headers=env.owner_auth) as response:
             assert response.status == 200
-            assert response.headers.getall("Set-Cookie") == ["editor-theme=dark; Path=/"]
+            assert response.headers.getall("Set-Cookie") == ["editor-theme=dark; Path=/"]  # no _gitlab_session
+
+
+async def test_no_credential_of_tether_reaches_the_workspace(connected: Env) -> None:
+    """Issue 27 item 2: a browser signed in at the hub sends the hub's cookies wherever the workspaces share its
+    host (``tether up``: cookies ignore ports) or its cookie domain; the editor echoes all it receives."""
+    env = connected
+    hub = env.system.hub
+    login = hub.api().get(f"/users/{env.owner[0]}").json()["username"]
+    sign_in_token = hub.token_for(env.owner[0], ("api",))
+    async with browser() as client:
+        async with client.post(f"{hub.url}/users/sign_in", data={"login": login, "token": sign_in_token}) as response:
+            assert response.status == 200
+        async with client.get(f"{hub.url}/users/session") as response:
+            csrf = (await response.json())["csrf_token"]
+        jar = {c.key: c.value for c in client.cookie_jar}
+        secrets = [jar["_gitlab_session"], csrf, env.owner[1], sign_in_token]
+        # tether up's layout: the path form on the hub's host, another port; the browser sends the session along.
+        sent = client.cookie_jar.filter_cookies(yarl.URL(env.path_url("/headers")))
+        assert "_gitlab_session" in sent
+        # Every credential header a client could add, too: none passes.
+        extra = {
+            "Private-Token": env.owner[1],
+            "Job-Token": env.owner[1],
+            "X-Csrf-Token": csrf,
+            "Gitlab-Csrf-Token": csrf,
+            "X-Gitlab-Token": env.owner[1],
+            "Proxy-Authorization": f"Bearer {env.owner[1]}",
+            "Cookie": "editor-theme=dark",
+            "X-XSRFToken": "the-editor-own",
+        }
+        echoes = []
+        async with client.get(env.path_url("/headers"), headers={**env.owner_auth, **extra}) as response:
+            assert response.status == 200, await response.text()
+            echoes.append(await response.json())
+            assert "X-Frame-Options" not in response.headers, "the workspace's own answer: kas adds no policy"
+        # A shared cookie domain (sessions.kas_cookie_domain covering the zone): the same cookies at a zone host.
+        hub_cookies = (
+            f"_gitlab_session={jar['_gitlab_session']}; _gitlab_kas={jar['_gitlab_session']}; "
+            f"__Host-_gitlab_session={jar['_gitlab_session']}; editor-theme=dark"
+        )
+        async with client.get(env.host_url("/headers"), headers={**env.owner_auth, "Cookie": hub_cookies}) as response:
+            assert response.status == 200, await response.text()
+            echoes.append(await response.json())
+    for seen in echoes:
+        headers = {k.lower(): v for k, v in seen["headers"]}
+        for secret in secrets:
+            assert secret not in repr(seen)
+        assert "_gitlab" not in headers.get("cookie", "") and "_tether" not in headers.get("cookie", "")
+        assert "editor-theme=dark" in headers["cookie"]
+        for name in ("authorization", "proxy-authorization", "private-token", "job-token", "x-csrf-token"):
+            assert name not in headers, name
+    assert {k.lower(): v for k, v in echoes[0]["headers"]}["x-xsrftoken"] == "the-editor-own"
 
 
 async def test_the_owner_uploads_and_downloads_50_mib(connected: Env) -> None:

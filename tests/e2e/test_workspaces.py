@@ -179,6 +179,47 @@ def test_failures_are_explained_and_agentk_restart_recreates_nothing(env: Env) -
     assert again == identity  # nothing re-created, nothing even rewritten
 
 
+def test_configuration_edits_never_delete_workspaces(env: Env) -> None:
+    """Issue 27 item 7: an edit without the section changes nothing; ``enabled: false`` stops, volumes kept."""
+    volumes(env.kubectl, 1)
+    created = env.create("e2e-kept")
+    gid, namespace = created["id"], created["namespace"]
+    env.wait(gid, "Running")
+    log = env.system.directory / f"{env.agentks[0].name}.log"
+
+    def applied() -> int:
+        return log.read_text().count('"configuration_applied"')
+
+    def reconciled_after(configurations: int, more: int) -> None:
+        calls = env.hub.internal_calls("modules/remote_development/reconcile")
+        poll_sync(
+            lambda: (
+                applied() > configurations
+                and env.hub.internal_calls("modules/remote_development/reconcile") >= calls + more
+            ),
+            f"agentk to take the new configuration and reconcile {more} more times",
+            60,
+            interval=0.2,
+        )
+
+    # The user edits another setting and leaves the section out (the reported loss of seven workspaces).
+    before = applied()
+    kas_config(env.hub, env.ws.setup, "observability:\n  logging:\n    level: debug\n")
+    reconciled_after(before, 5)
+    now = env.workspace(gid)
+    assert (now["desiredState"], now["actualState"]) == ("Running", "Running")
+    assert env.kubectl.json("get", "deployment", "e2e-kept", "-n", namespace)["spec"]["replicas"] == 1
+
+    # Workspaces switched off explicitly: stopped, the namespace and the volume stay.
+    kas_config(env.hub, env.ws.setup, CONFIG.replace("enabled: true", "enabled: false"))
+    env.wait(gid, "Stopped", desired="Stopped")
+    assert env.kubectl.json("get", "deployment", "e2e-kept", "-n", namespace)["spec"]["replicas"] == 0
+    pvc = env.kubectl.json("get", "pvc", "e2e-kept-gl-workspace-data", "-n", namespace)
+    assert pvc["status"]["phase"] == "Bound"
+    reconciled_after(0, 3)
+    assert env.workspace(gid)["desiredState"] == "Stopped"  # not Terminated
+
+
 def _full_in(log: Path) -> bool:
     for line in log.read_text().splitlines():
         try:

@@ -18,6 +18,7 @@ import pytest
 from tests.fixtures.hub import HubLauncher, RealHub
 from tests.hub.helpers import Setup, kas_config, project_with_agent
 from tether.devenv.process import free_port
+from tether.hub.config import ConfigError
 from tether.hub.gitaly import advertisement, sign_v2
 from tether.pb.gitlab.agent.gitaly_compat import gitaly_pb2, gitaly_pb2_grpc
 
@@ -58,7 +59,7 @@ def test_metadata_without_kas_reports_it_disabled(hub: RealHub) -> None:
 
 
 def test_hub_refuses_a_kas_url_that_is_not_one(hub_launcher: HubLauncher) -> None:
-    with pytest.raises(Exception, match="is not a URL"):
+    with pytest.raises(ConfigError, match=r"kas\.external_url: .*'kas\.example\.com:8150' is not a URL"):
         hub_launcher.launch({"kas.external_url": "kas.example.com:8150"})
 
 

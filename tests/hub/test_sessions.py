@@ -144,13 +144,23 @@ def test_cookie_domain_and_secure_flag_follow_the_configuration(hub_launcher: Hu
             "sessions.kas_cookie_domain": "example.test",
             "external_url": "https://hub.example.test",
             "sessions.lifetime": "2h",
+            "kas.k8s_proxy_url": "https://kas.example.test/k8s-proxy/",
         }
     )
     _, token = hub.user("alice", ("api",))
-    cookies = set_cookies(post_sign_in(hub, "alice", token))
+    response = post_sign_in(hub, "alice", token)
+    cookies = set_cookies(response)
     kas, session = cookies["_gitlab_kas"]["_gitlab_kas"], cookies["_gitlab_session"]["_gitlab_session"]
     assert kas["domain"] == "example.test" and not session["domain"], "only the kas cookie is shared with kas' host"
     assert kas["secure"] and session["secure"] and int(kas["max-age"]) == 7200
+    # Issue 27 item 2: the kas cookie goes only to kas' proxy path, not to every path of the shared domain.
+    assert kas["path"] == "/k8s-proxy/" and session["path"] == "/"
+    with client(hub) as c:
+        signed_in = {"Cookie": f"_gitlab_session={session.value}"}
+        csrf = c.get("/users/session", headers=signed_in).json()["csrf_token"]
+        done = c.post("/users/sign_out", headers={**signed_in, "X-Csrf-Token": csrf})
+    cleared = set_cookies(done)["_gitlab_kas"]["_gitlab_kas"]
+    assert cleared["path"] == "/k8s-proxy/" and cleared["domain"] == "example.test" and cleared.value == ""
 
 
 def test_session_ids_and_csrf_tokens_are_never_stored_or_logged(hub: RealHub) -> None:

@@ -259,13 +259,24 @@ def test_lifecycle_rules_and_disabled_agent(hub: RealHub) -> None:
     )
     assert answer["desired_state"] == "Stopped"  # active longer than max_active_hours_before_stop (36)
 
-    hub.api().put(
-        f"/projects/{ws.setup.project_id}/cluster_agents/{ws.setup.agent_id}/configuration",
-        content=b"remote_development: {enabled: false}\n",
-    ).raise_for_status()
+    set_state(hub, ws, created["id"], "Running")
+    rails_infos(reconcile(hub, ws, {"update_type": "full", "workspace_agent_infos": []}))
+    configuration = f"/projects/{ws.setup.project_id}/cluster_agents/{ws.setup.agent_id}/configuration"
+
+    # Another setting edited, the section left out (issue 27 item 7): nothing changes, as in GitLab.
+    hub.api().put(configuration, content=b"observability: {logging: {level: debug}}\n").raise_for_status()
     [answer] = rails_infos(reconcile(hub, ws, {"update_type": "full", "workspace_agent_infos": []}))
+    assert answer["desired_state"] == "Running"
+    assert rails_infos(reconcile(hub, ws, {"update_type": "partial", "workspace_agent_infos": []})) == []
+
+    # Switched off explicitly: stopped, never terminated; the owner may still terminate it.
+    hub.api().put(configuration, content=b"remote_development: {enabled: false}\n").raise_for_status()
+    [answer] = rails_infos(reconcile(hub, ws, {"update_type": "full", "workspace_agent_infos": []}))
+    assert answer["desired_state"] == "Stopped"
+    assert f"PersistentVolumeClaim/{name}-gl-workspace-data" in kinds(answer["config_to_apply"])
+    set_state(hub, ws, created["id"], "Running")
+    [answer] = rails_infos(reconcile(hub, ws, {"update_type": "partial", "workspace_agent_infos": []}))
+    assert answer["desired_state"] == "Stopped"
+    set_state(hub, ws, created["id"], "Terminated")
+    [answer] = rails_infos(reconcile(hub, ws, {"update_type": "partial", "workspace_agent_infos": []}))
     assert answer["desired_state"] == "Terminated"
-    assert kinds(answer["config_to_apply"]) == [
-        f"ConfigMap/{name}-workspace-inventory",
-        f"ConfigMap/{name}-secrets-inventory",
-    ]

@@ -11,7 +11,7 @@ import contextlib
 import logging
 import struct
 import time
-from collections.abc import AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -274,27 +274,54 @@ async def test_undecodable_values_are_skipped_and_kept(backend: HashBackend) -> 
     assert "bad" in await backend.scan(by_agent(1)), "undecodable values are reported, never deleted"
 
 
+async def written_then_seen(write: Callable[[float], Awaitable[None]], seen: Callable[[], Awaitable[bool]]) -> float:
+    """Write with a short TTL and see the write before it may expire; returns the TTL used (seconds).
+
+    An expiry test must first see what expires, or it passes when nothing was written. Not seeing it within its
+    TTL fails; when the TTL may have passed before the first look (a loaded machine), the write is tried again
+    with a TTL four times longer.
+    """
+    ttl = 0.3
+    while True:
+        began = time.monotonic()
+        await write(ttl)
+        if await seen():
+            return ttl
+        waited = time.monotonic() - began
+        assert waited >= ttl, f"not there {waited:.2f} s after the write (TTL {ttl} s): it was never written"
+        assert ttl < 20, "this machine is too slow to see a write before its TTL passes"
+        ttl *= 4
+
+
 async def test_key_expires_after_ttl_without_refresh(backend: HashBackend) -> None:
-    hashes: ExpiringHash[int] = ExpiringHash(backend, 0.3, by_agent)
-    await hashes.set(1, "f", b"v")
-    assert await backend.hlen(by_agent(1)) in (0, 1)  # present, unless this machine is very slow
+    async def write(ttl: float) -> None:
+        await ExpiringHash(backend, ttl, by_agent).set(1, "f", b"v")
+
+    async def present() -> bool:
+        return await backend.hlen(by_agent(1)) == 1
 
     async def gone() -> bool:
         return await backend.scan(by_agent(1)) == {}
 
-    await poll(gone, "key-level expiry (PEXPIRE 300 ms)")
+    ttl = await written_then_seen(write, present)
+    await poll(gone, f"key-level expiry (PEXPIRE {ttl * 1000:.0f} ms)")
 
 
 async def test_killed_kas_data_expires_by_itself(store: Store) -> None:
-    killed: ExpiringHash[int] = ExpiringHash(store.peer(), 0.3, by_agent)
-    await killed.set(7, "grpc://kas-1:8155", b"")
     survivor: ExpiringHash[int] = ExpiringHash(store.backend, TTL, by_agent)
     await survivor.set(8, "grpc://kas-2:8155", b"")
-    del killed  # dropped without clear(): the process died
+
+    async def write(ttl: float) -> None:
+        # Dropped without clear() right after the write: the process died.
+        await ExpiringHash(store.peer(), ttl, by_agent).set(7, "grpc://kas-1:8155", b"")
+
+    async def present() -> bool:
+        return await survivor.scan(7) == {"grpc://kas-1:8155": b""}
 
     async def expired() -> bool:
         return await survivor.scan(7) == {} and await store.backend.scan(by_agent(7)) == {}
 
+    await written_then_seen(write, present)
     await poll(expired, "expiry of a killed kas' data")
     assert await survivor.scan(8) == {"grpc://kas-2:8155": b""}
 
@@ -678,12 +705,18 @@ async def test_tunnel_tracker_with_two_kas(store: Store) -> None:
 
 async def test_tunnel_tracker_expired_entries_are_not_listed(backend: HashBackend) -> None:
     async with contextlib.AsyncExitStack() as stack:
-        tracker = TunnelTracker(backend, await started_bus(backend, stack), "grpc://kas-1:8155", ttl_s=0.3)
-        await tracker.register(1)
+        bus = await started_bus(backend, stack)
+
+        async def write(ttl: float) -> None:
+            await TunnelTracker(backend, bus, "grpc://kas-1:8155", ttl_s=ttl).register(1)
+
+        async def listed() -> bool:
+            return await TunnelTracker(backend, bus, "grpc://kas-2:8155").kas_urls(1) == ["grpc://kas-1:8155"]
 
         async def expired() -> bool:
-            return await tracker.kas_urls(1) == []
+            return await TunnelTracker(backend, bus, "grpc://kas-2:8155").kas_urls(1) == []
 
+        await written_then_seen(write, listed)
         await poll(expired, "expiry of a tunnel registration")
 
 

@@ -83,6 +83,7 @@ def app() -> web.Application:
         response = web.Response(text="cookies")
         response.headers.add("Set-Cookie", "editor-theme=dark; Path=/")
         response.headers.add("Set-Cookie", "_tether_workspaces=planted-by-the-workspace; Path=/")
+        response.headers.add("Set-Cookie", "_gitlab_session=planted-by-the-workspace; Path=/")
         return response
 
     async def redirect(_request: web.Request) -> web.Response:

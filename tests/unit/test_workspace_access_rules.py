@@ -15,7 +15,13 @@ from multidict import CIMultiDict
 from tether.modserver.config import ConfigError, KasConfig, load_config
 from tether.modserver.gitlab_client import GitlabClientError, WorkspaceAuthorization
 from tether.modules.workspace_access import ACCESS_PAT, ACCESS_SESSION, SESSION_COOKIE, STATE_COOKIE
-from tether.modules.workspace_access.rpc.headers import request_headers, response_headers, without_kas_cookies
+from tether.modules.workspace_access.rpc.headers import (
+    KAS_SET_HEADERS,
+    request_headers,
+    response_headers,
+    workspace_cookies,
+    workspace_request_headers,
+)
 from tether.modules.workspace_access.rpc.tokens import (
     AuthorizeRequest,
     SignInCode,
@@ -158,9 +164,58 @@ def test_credentials_and_kas_cookies_never_reach_the_workspace() -> None:
     assert "secret" not in repr(headers)
 
 
-def test_only_kas_cookies_leave_the_cookie_header() -> None:
-    assert without_kas_cookies([f"{SESSION_COOKIE}=x", f"a=1;{STATE_COOKIE}=y; b=2"]) == ["a=1; b=2"]
-    assert without_kas_cookies([f" {SESSION_COOKIE} =x"]) == []
+def test_only_tether_cookies_leave_the_cookie_header() -> None:
+    assert workspace_cookies([f"{SESSION_COOKIE}=x", f"a=1;{STATE_COOKIE}=y; b=2"]) == ["a=1; b=2"]
+    assert workspace_cookies([f" {SESSION_COOKIE} =x"]) == []
+    # The hub's session cookies (issue 27 item 2), any future name of Tether's namespaces, any spelling.
+    hub = "_gitlab_session=s1; _gitlab_kas=s1; __Host-_gitlab_session=s2; __Secure-_Tether_x=3; _GITLAB_SID=4"
+    assert workspace_cookies([hub, "gitlab=ok; tether_theme=ok; x_gitlab_session=ok"]) == [
+        "gitlab=ok; tether_theme=ok; x_gitlab_session=ok"
+    ]
+
+
+def test_only_allowed_headers_reach_the_workspace() -> None:
+    pairs = [
+        ("Accept", "text/html"),
+        ("Accept-Language", "en"),
+        ("User-Agent", "browser"),
+        ("Origin", "https://60001-a.ws.test"),
+        ("Sec-WebSocket-Key", "k"),
+        ("Sec-Fetch-Site", "same-origin"),
+        ("X-XSRFToken", "app-own"),
+        ("X-Requested-With", "XMLHttpRequest"),
+        ("Cookie", "_gitlab_session=s; theme=dark"),
+        ("Authorization", "Bearer t"),
+        ("Proxy-Authorization", "Basic t"),
+        ("Private-Token", "t"),
+        ("Job-Token", "t"),
+        ("Gitlab-Agent-Id", "1"),
+        ("Gitlab-Csrf-Token", "t"),
+        ("X-Csrf-Token", "t"),
+        ("X-Gitlab-Token", "t"),
+        ("X-Real-IP", "10.0.0.1"),
+        ("Forwarded", "for=10.0.0.1"),
+        ("X-Forwarded-Host", "evil.com"),
+        ("Via", "1.1 evil"),
+        ("Some-Unknown", "t"),
+    ]
+    headers = workspace_request_headers(pairs)
+    assert sorted(headers) == [
+        "Accept",
+        "Accept-Language",
+        "Cookie",
+        "Origin",
+        "Sec-Fetch-Site",
+        "Sec-Websocket-Key",
+        "User-Agent",
+        "X-Requested-With",
+        "X-Xsrftoken",
+    ]
+    assert headers["Cookie"] == ["theme=dark"]
+    # agentk keeps what kas set, and nothing else of the reserved names.
+    kept = workspace_request_headers([*pairs, ("X-Forwarded-Proto", "https")], keep=KAS_SET_HEADERS)
+    assert kept["X-Forwarded-Host"] == ["evil.com"] and kept["X-Forwarded-Proto"] == ["https"]
+    assert "X-Csrf-Token" not in kept and "Authorization" not in kept and "X-Real-Ip" not in kept
 
 
 def test_path_form_tells_the_prefix_and_fixes_local_redirects() -> None:
@@ -172,9 +227,17 @@ def test_path_form_tells_the_prefix_and_fixes_local_redirects() -> None:
         assert response_headers({"Location": [elsewhere]}, "/-/workspaces/a/60001")["Location"] == [elsewhere]
 
 
-def test_a_workspace_cannot_set_kas_cookies() -> None:
+def test_a_workspace_cannot_set_tether_cookies() -> None:
     answer = response_headers(
-        {"Set-Cookie": [f"{SESSION_COOKIE}=attacker; Domain=ws.test", "editor=1; Path=/", f"{STATE_COOKIE}=x"]},
+        {
+            "Set-Cookie": [
+                f"{SESSION_COOKIE}=attacker; Domain=ws.test",
+                "editor=1; Path=/",
+                f"{STATE_COOKIE}=x",
+                "_gitlab_session=attacker; Domain=example.com; Path=/users",
+                "__Host-_gitlab_kas=x; Path=/; Secure",
+            ]
+        },
         None,
     )
     assert answer["Set-Cookie"] == ["editor=1; Path=/"]

@@ -7,6 +7,7 @@ holding base64 text (kas.md §4.2).
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -172,15 +173,32 @@ class SessionsCF(_Section):
 
 
 class SecurityCF(_Section):
-    """Abuse limits (issue 9 item 4).
+    """Abuse limits (issue 9 item 4) and whom the hub believes about client addresses (issue 27 item 8).
 
     Attributes:
         failed_auth_per_source_per_minute: failed sign-ins and unknown tokens per client address and minute
             before that address gets 429 (counted per hub process); 0 turns the throttle off. Behind a proxy
-            every client shares its address: raise the limit or throttle there.
+            every client shares its address unless the proxy is listed in ``trusted_proxies``.
+        trusted_proxies: addresses or networks (``10.0.0.5``, ``10.0.0.0/8``, ``::1``) of the reverse proxies
+            in front of the hub. Only a connection from one of them may name the client in
+            ``X-Forwarded-For`` (the right-most address not itself a trusted proxy counts) and the scheme in
+            ``X-Forwarded-Proto``; from anyone else both headers are ignored. Empty (the default): never
+            believed, not even from 127.0.0.1, or any local process could escape the throttle.
     """
 
     failed_auth_per_source_per_minute: int = Field(default=60, ge=0)
+    trusted_proxies: tuple[str, ...] = ()
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        networks = []
+        for entry in value:
+            try:
+                networks.append(str(ipaddress.ip_network(entry.strip(), strict=False)))
+            except ValueError:
+                raise ValueError(f"{entry!r} is not an IP address or network (e.g. 10.0.0.0/8)") from None
+        return tuple(networks)
 
 
 class WorkspacesCF(_Section):

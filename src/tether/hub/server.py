@@ -75,8 +75,18 @@ class HubServer:
             load_base64_secret(self.config.kas_secret_file)
         app = create_app(self.config, gitlab_secret(self.config))
         host, port = self.config.listen_host_port()
+        proxies = list(self.config.security.trusted_proxies)
         settings = uvicorn.Config(
-            app, host=host, port=port, log_config=None, access_log=False, lifespan="on", server_header=False
+            app,
+            host=host,
+            port=port,
+            log_config=None,
+            access_log=False,
+            lifespan="on",
+            server_header=False,
+            # uvicorn believes X-Forwarded-For from 127.0.0.1 by default: only configured proxies (issue 27).
+            proxy_headers=bool(proxies),
+            forwarded_allow_ips=proxies or [],
         )
         return _Uvicorn(settings)
 

@@ -3,7 +3,8 @@
 The holder renews ``spec.renewTime`` every ``retry_period_s``; a candidate takes the Lease over when it has
 seen the same ``renewTime`` unchanged for ``lease_duration_s`` (measured on its own clock, so clock skew
 between pods does not matter). Every write is an optimistic update on ``resourceVersion``: two candidates
-cannot both win. A leader that cannot renew for ``renew_deadline_s`` stops leading; on a clean stop it
+cannot both win. A leader that cannot renew for ``renew_deadline_s`` stops leading, even while a renewal is
+still unanswered (each attempt is bounded by what is left of the deadline); on a clean stop it
 releases the Lease so a successor takes over at once. Upstream agentk: Lease ``agent-<id>-lock`` in the pod's
 namespace, identity the pod name, 15 s / 10 s / 2 s (reference workspaces.md §5.1).
 """
@@ -70,12 +71,12 @@ class LeaderElector:
         """
         try:
             while True:
-                await self._acquire()
+                acquired = await self._acquire()
                 self.leading = True
                 _log.info("leader_elected", lease=self.name, identity=self.identity)
                 task = asyncio.create_task(lead(), name=f"leader {self.name}")
                 try:
-                    await self._renew_until_lost(task)
+                    await self._renew_until_lost(task, acquired)
                 finally:
                     self.leading = False
                     task.cancel()
@@ -86,30 +87,43 @@ class LeaderElector:
             with contextlib.suppress(KubeError, asyncio.CancelledError):
                 await asyncio.shield(self._release())
 
-    async def _acquire(self) -> None:
+    async def _acquire(self) -> float:
+        """Try until this candidate holds the Lease; returns when (monotonic) the winning attempt began."""
         while True:
+            began = time.monotonic()
             try:
                 if await self._try_acquire_or_renew():
-                    return
+                    return began
             except KubeError as exc:
                 _log.warning("leader_election_error", lease=self.name, error=str(exc))
             await asyncio.sleep(self._retry)
 
-    async def _renew_until_lost(self, task: asyncio.Task[None]) -> None:
-        last_renewed = time.monotonic()
+    async def _renew_until_lost(self, task: asyncio.Task[None], acquired: float) -> None:
+        # Measured from the start of the last successful attempt: the renewTime it wrote, from which the others
+        # count leaseDurationSeconds, is no earlier. Each attempt gets only what is left of renew_deadline, as
+        # client-go's renew context: an API server that never answers must not keep a leader past its deadline,
+        # into the time where another candidate may already lead.
+        last_renewed = acquired
         while not task.done():
             await asyncio.wait({task}, timeout=self._retry)
             if task.done():
                 break
+            began = time.monotonic()
+            left = self._deadline - (began - last_renewed)
+            if left <= 0:
+                return
             try:
-                if await self._try_acquire_or_renew():
-                    last_renewed = time.monotonic()
-                    continue
-                return  # someone else holds it now
+                async with asyncio.timeout(left):
+                    renewed = await self._try_acquire_or_renew()
             except KubeError as exc:
                 _log.warning("lease_renew_failed", lease=self.name, error=str(exc))
-            if time.monotonic() - last_renewed > self._deadline:
+                continue
+            except TimeoutError:
+                _log.warning("lease_renew_failed", lease=self.name, error=f"no answer within {left:.1f} s")
                 return
+            if not renewed:
+                return  # someone else holds it now
+            last_renewed = began
         if task.done() and not task.cancelled() and task.exception() is not None:
             _log.error("leader_task_failed", lease=self.name, error=repr(task.exception()))
 

@@ -5,12 +5,20 @@ default error handler then logs the offending line with a traceback and sends it
 line may be ``Authorization: Bearer <token>`` or a session cookie, so every HTTP listener of Tether is built
 with :class:`SafeServer` (low-level) or :class:`SafeAppRunner` (an ``Application``): a malformed request gets
 a fixed 400 body and a log line naming only the error's type and the peer.
+
+Every answer of these servers also gets the headers a browser needs (issue 27 item 8), in one place, unless
+the answer set its own: kas' own answers (errors, pages, metrics, the malformed request's 400) get
+:data:`OWN_HEADERS`; an answer relayed from the cluster or a workspace (a :class:`RelayedResponse`) gets
+what its listener passes as ``relayed_headers``: the Kubernetes API proxy frames nothing and sniffs nothing,
+while a workspace's own answers pass unchanged (an editor frames its own pages and serves its own scripts).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import ssl
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +26,45 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler
 
-__all__ = ["MALFORMED_REQUEST_BODY", "SafeAppRunner", "SafeServer", "start_site"]
+__all__ = [
+    "MALFORMED_REQUEST_BODY",
+    "OWN_HEADERS",
+    "RELAYED_API_HEADERS",
+    "RelayedResponse",
+    "SafeAppRunner",
+    "SafeServer",
+    "start_site",
+]
 
 log = logging.getLogger(__name__)
 
 #: The whole 400 body for a request aiohttp cannot parse.
 MALFORMED_REQUEST_BODY = "400 Bad Request: malformed request line or header (e.g. a control character)\n"
+
+
+#: kas' own answers: never sniffed or framed, their URLs never passed on as referrers; as documents they load nothing.
+OWN_HEADERS: Mapping[str, str] = {
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": "default-src 'none'; frame-ancestors 'none'",
+    "Referrer-Policy": "no-referrer",
+}
+#: Answers relayed from the Kubernetes API: never sniffed or framed (a service proxy's page may load its own).
+RELAYED_API_HEADERS: Mapping[str, str] = {
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": "frame-ancestors 'none'",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+class RelayedResponse(web.StreamResponse):
+    """An answer whose head comes from the cluster or a workspace (its listener's ``relayed_headers`` apply)."""
+
+
+def _complete(response: web.StreamResponse, defaults: Mapping[str, str]) -> None:
+    for name, value in defaults.items():
+        response.headers.setdefault(name, value)
 
 
 class _SafeRequestHandler(RequestHandler):
@@ -34,17 +75,44 @@ class _SafeRequestHandler(RequestHandler):
         exc: BaseException | None = None,
         message: str | None = None,
     ) -> web.StreamResponse:
+        # Answered before any route matched (an Application's signals do not run): the headers are added here.
         if not isinstance(exc, HttpProcessingError):
-            return super().handle_error(request, status, exc, message)
+            response = super().handle_error(request, status, exc, message)
+            _complete(response, OWN_HEADERS)
+            return response
         # The exception's text quotes the raw request bytes: log and answer without it.
         log.info("malformed HTTP request from %s refused: %s", request.remote, type(exc).__name__)
-        response = web.Response(status=400, text=MALFORMED_REQUEST_BODY)
+        response = web.Response(status=400, text=MALFORMED_REQUEST_BODY, headers=OWN_HEADERS)
         response.force_close()
         return response
 
 
 class SafeServer(web.Server):
-    """``aiohttp.web.Server`` whose connections use the redacting error handler (same arguments)."""
+    """``aiohttp.web.Server`` with the redacting error handler and the security headers (module docstring).
+
+    Args:
+        handler: ``async (request) -> response``.
+        relayed_headers: what a :class:`RelayedResponse` gets (nothing by default); kas' own answers get
+            :data:`OWN_HEADERS`.
+        kwargs: ``aiohttp.web.Server``'s; a ``request_factory`` given there (an ``Application``'s) keeps its
+            own hooks, and the runner adds the headers (:class:`SafeAppRunner`).
+    """
+
+    def __init__(self, handler: Any, *, relayed_headers: Mapping[str, str] | None = None, **kwargs: Any) -> None:
+        relayed = dict(relayed_headers or {})
+
+        class _Request(web.BaseRequest):
+            async def _prepare_hook(self, response: web.StreamResponse) -> None:
+                _complete(response, relayed if isinstance(response, RelayedResponse) else OWN_HEADERS)
+                await super()._prepare_hook(response)
+
+        def make_request(
+            message: Any, payload: Any, protocol: RequestHandler, writer: Any, task: asyncio.Task[None]
+        ) -> web.BaseRequest:
+            return _Request(message, payload, protocol, writer, task, self._loop)
+
+        kwargs.setdefault("request_factory", make_request)
+        super().__init__(handler, **kwargs)
 
     def __call__(self) -> RequestHandler:
         """A protocol handler for one new connection."""
@@ -56,11 +124,12 @@ class SafeServer(web.Server):
 RELAY_IDLE_TIMEOUT_S = 60.0
 
 
-def relay_server(handler: Any) -> SafeServer:
+def relay_server(handler: Any, relayed_headers: Mapping[str, str] | None = None) -> SafeServer:
     """A :class:`SafeServer` for a listener that relays requests through the tunnels (kas' proxies).
 
     Args:
         handler: ``async (request) -> response``.
+        relayed_headers: the security headers relayed answers get (:class:`SafeServer`).
 
     Bodies are relayed as sent (no decompression); a client that goes away cancels its handler (and so its
     routed call); request lines are bounded to 16 KiB and header fields to 64 KiB; no aiohttp access log (URLs
@@ -68,6 +137,7 @@ def relay_server(handler: Any) -> SafeServer:
     """
     return SafeServer(
         handler,
+        relayed_headers=relayed_headers,
         handler_cancellation=True,
         auto_decompress=False,
         keepalive_timeout=RELAY_IDLE_TIMEOUT_S,
@@ -81,6 +151,10 @@ class SafeAppRunner(web.AppRunner):
     """``aiohttp.web.AppRunner`` serving the application through a :class:`SafeServer` (same arguments)."""
 
     async def _make_server(self) -> web.Server:
+        async def complete(_request: web.Request, response: web.StreamResponse) -> None:
+            _complete(response, OWN_HEADERS)
+
+        self.app.on_response_prepare.append(complete)  # before the start-up freezes the signals
         plain = await super()._make_server()  # runs the application's start-up
         return SafeServer(
             plain.request_handler,

@@ -15,7 +15,7 @@ from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from tether import __version__
-from tether.hub.api import errors
+from tether.hub.api import errors, security_headers
 from tether.hub.api.access_log import AccessLogMiddleware
 from tether.hub.api.encoded_paths import EncodedPathMiddleware
 from tether.hub.api.form_bodies import FormBodyMiddleware
@@ -141,4 +141,5 @@ def create_app(config: HubConfig, gitlab_secret: bytes) -> FastAPI:
     app.add_middleware(KasJwtMiddleware)
     app.add_middleware(EncodedPathMiddleware)
     app.add_middleware(AccessLogMiddleware)
+    security_headers.install(app)  # last added, outermost: it completes every answer, 401/404/413 too
     return app

@@ -1,11 +1,18 @@
 """What the browser-facing pages need: the session cookies, a same-origin check and form bodies.
 
-Cookies (both ``HttpOnly``, ``SameSite=Lax``, path ``/``, ``Max-Age`` = ``sessions.lifetime``, ``Secure`` when
-``external_url`` is ``https://``):
+Cookies (both ``HttpOnly``, ``SameSite=Lax``, ``Max-Age`` = ``sessions.lifetime``, ``Secure`` when
+``external_url`` is ``https://``), each scoped as narrowly as its reader allows (issue 27 item 2):
 
-* ``_gitlab_session``: the session id, for the hub itself (host-only);
-* ``_gitlab_kas``: the same id URL-escaped, for kas' Kubernetes API proxy (kas.md §4.5); with
+* ``_gitlab_session``: the session id, for the hub itself: host-only, path ``/`` (every page, the API, the
+  workspaces sign-in);
+* ``_gitlab_kas``: the same id URL-escaped, for kas' Kubernetes API proxy (kas.md §4.5): path of
+  ``kas.k8s_proxy_url`` (``/k8s-proxy/``; ``/`` when unknown), so that a browser does not send it to other
+  paths of the same host (kas' workspaces listener under ``tether up``); host-only, or with
   ``sessions.kas_cookie_domain`` as its ``Domain`` when kas is on another host of the same site.
+
+Cookies ignore ports, and a ``Domain`` covers every host below it: whatever else listens on the hub's host, or
+in a zone the kas cookie's domain covers, receives them from browsers. kas' workspaces listener never passes
+them on (``workspace_access.rpc.headers``); docs/workspaces.md lists the safe deployments.
 """
 
 from __future__ import annotations
@@ -29,6 +36,13 @@ FORM_CONTENT_TYPE = "application/x-www-form-urlencoded"
 _MAX_FORM_BYTES = 16 * 1024
 
 
+def kas_cookie_path(config: HubConfig) -> str:
+    """``Path`` of the ``_gitlab_kas`` cookie: the path of ``kas.k8s_proxy_url``, or ``/`` when it is not set."""
+    url = config.kas.k8s_proxy_url
+    path = urlsplit(url).path if url else ""
+    return path if path.startswith("/") else "/"
+
+
 def set_session_cookies(response: Response, session_id: str, config: HubConfig) -> None:
     """Add ``Set-Cookie`` for ``_gitlab_session`` and ``_gitlab_kas`` carrying ``session_id`` (module docstring)."""
     max_age = max(1, int(config.sessions.lifetime))
@@ -38,6 +52,7 @@ def set_session_cookies(response: Response, session_id: str, config: HubConfig) 
         KAS_COOKIE,
         session_tokens.kas_cookie_value(session_id),
         max_age=max_age,
+        path=kas_cookie_path(config),
         domain=config.sessions.kas_cookie_domain,
         secure=secure,
         httponly=True,
@@ -50,7 +65,12 @@ def clear_session_cookies(response: Response, config: HubConfig) -> None:
     secure = config.secure_cookies
     response.delete_cookie(SESSION_COOKIE, secure=secure, httponly=True, samesite="lax")
     response.delete_cookie(
-        KAS_COOKIE, domain=config.sessions.kas_cookie_domain, secure=secure, httponly=True, samesite="lax"
+        KAS_COOKIE,
+        path=kas_cookie_path(config),
+        domain=config.sessions.kas_cookie_domain,
+        secure=secure,
+        httponly=True,
+        samesite="lax",
     )
 
 

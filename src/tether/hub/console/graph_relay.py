@@ -3,8 +3,8 @@
 GitLab serves kas under its own origin (``/-/kubernetes-agent/`` behind its front proxy) so that the browser's
 session cookie and CSRF token reach kas without CORS. The hub does the same for the one endpoint the console
 uses: the browser opens ``/-/console/graph?gitlab-agent-id=<id>&gitlab-csrf-token=<token>`` with subprotocol
-``gitlab-agent-graph-api``; the hub opens kas' ``/graph`` with the browser's ``_gitlab_kas`` cookie and these
-parameters, and copies messages both ways. kas authenticates the session with the hub's
+``gitlab-agent-graph-api``; the hub opens kas' ``/graph`` with the browser's session as a ``_gitlab_kas``
+cookie and these parameters, and copies messages both ways. kas authenticates the session with the hub's
 ``authorize_proxy_user`` (kas.md §4.5): the relay itself grants nothing. Close codes and reasons are passed on.
 
 Checks here: the browser's ``Origin`` must be the hub's (a page elsewhere cannot ride the cookie); kas' handshake
@@ -24,9 +24,10 @@ import aiohttp
 from fastapi import APIRouter, WebSocket
 from starlette.websockets import WebSocketDisconnect
 
-from tether.hub.api.browser import KAS_COOKIE
+from tether.hub.api.browser import KAS_COOKIE, SESSION_COOKIE
 from tether.hub.api.state import hub_state
 from tether.hub.config import HubConfig
+from tether.hub.session_tokens import kas_cookie_value
 
 log = logging.getLogger(__name__)
 router = APIRouter(include_in_schema=False)
@@ -83,9 +84,10 @@ async def relay(websocket: WebSocket) -> None:
         return
     params = [(name, value) for name, value in websocket.query_params.multi_items() if name in _PASSED]
     headers = {}
-    cookie = websocket.cookies.get(KAS_COOKIE)
-    if cookie:
-        headers["Cookie"] = f"{KAS_COOKIE}={cookie}"
+    # The hub's own session cookie: ``_gitlab_kas`` is scoped to kas' path and does not come here (browser.py).
+    session_id = websocket.cookies.get(SESSION_COOKIE)
+    if session_id:
+        headers["Cookie"] = f"{KAS_COOKIE}={kas_cookie_value(session_id)}"
     url = f"{proxy_url}graph?{urlencode(params)}"
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, connect=CONNECT_TIMEOUT_S)) as client:
         try:

@@ -15,21 +15,27 @@ async def current(session: AsyncSession, agent_id: int) -> tuple[int, Workspaces
     """The agent's settings from its configuration now, as (version, settings).
 
     A new version row is written when the settings differ from the newest one, so workspaces created from
-    now on use them while older workspaces keep theirs. A configuration whose section no longer validates
-    (saved before a rule existed) counts as workspaces disabled.
+    now on use them while older workspaces keep theirs. A configuration without a ``remote_development``
+    section, or whose section no longer validates (saved before a rule existed), changes nothing: the newest
+    version stays (GitLab skips the update when the section is absent; issue 27 item 7: an edit of another
+    setting must not switch workspaces off). Only an agent that never had a section counts as disabled.
     """
     config = await session.get(AgentConfiguration, agent_id)
-    section = (config.document if config is not None else {}).get("remote_development")
-    try:
-        settings = from_configuration(section)
-    except ValueError:
-        settings = WorkspacesSettings()
+    document = config.document if config is not None else {}
     latest = await session.scalar(
         select(WorkspacesAgentConfig)
         .where(WorkspacesAgentConfig.cluster_agent_id == agent_id)
         .order_by(WorkspacesAgentConfig.version.desc())
         .limit(1)
     )
+    try:
+        settings = from_configuration(document["remote_development"]) if "remote_development" in document else None
+    except ValueError:
+        settings = None
+    if settings is None:
+        if latest is not None:
+            return latest.version, WorkspacesSettings.from_json(latest.settings)
+        settings = WorkspacesSettings()
     data = settings.to_json()
     if latest is not None and latest.settings == data:
         return latest.version, settings

@@ -28,6 +28,9 @@ from tether.modules.remote_development.states import State
 
 log = logging.getLogger(__name__)
 
+#: Desired states that switching workspaces off turns into Stopped.
+_STOPPABLE = frozenset({State.RUNNING, State.RESTART_REQUESTED})
+
 
 @functools.lru_cache(maxsize=512)
 def cached_devfile(text: str) -> Devfile:
@@ -120,10 +123,11 @@ async def reconcile(
     for name in reported.keys() - found:
         log.warning("agent %d reported orphaned workspace %s: no such workspace", agent_id, name)
     if not current.enabled:
-        # Workspaces switched off in the agent's configuration: every workspace of the agent is terminated.
+        # Workspaces switched off (an explicit ``enabled: false``): every workspace of the agent is stopped, and
+        # its volume kept. None is terminated: only its owner or its own lifecycle limits delete it (issue 27).
         for ws in rows:
-            if ws.desired_state != State.TERMINATED:
-                set_desired(ws, State.TERMINATED, now)
+            if ws.desired_state in _STOPPABLE:
+                set_desired(ws, State.STOPPED, now)
                 changed[ws.id] = ws
     if state_changes is not None:
         state_changes += [ws.name for ws in changed.values() if (ws.desired_state, ws.actual_state) != before[ws.id]]

@@ -27,6 +27,7 @@ from tether.pb.gitlab.agent.grpctool import grpctool_pb2
 from tether.pb.gitlab.agent.kubernetes_api.rpc import rpc_pb2
 from tether.pb.gitlab.agent.prototool import prototool_pb2
 from tether.tool.automaton import StreamAutomaton, StreamOrderError
+from tether.tool.http_server import RelayedResponse
 from tether.tunnel.server.tunnel import ValuesMap
 
 __all__ = [
@@ -244,7 +245,7 @@ class ProxyCall:
             upstream = {k: v for k, v in upstream.items() if not k.lower().startswith("access-control-")}
         if self._response_filter is not None:
             upstream = self._response_filter(upstream)
-        response = web.StreamResponse(status=code, reason=_reason(head.status, code))
+        response = RelayedResponse(status=code, reason=_reason(head.status, code))
         for key, value in self._extra.items():
             response.headers[key] = value
         for key, values in upstream.items():

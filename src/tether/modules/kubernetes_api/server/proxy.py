@@ -43,7 +43,7 @@ from tether.modules.kubernetes_api.server.status import ProxyError, status_respo
 from tether.pb.gitlab.agent.kubernetes_api.rpc import rpc_pb2
 from tether.tool.durations import parse_duration
 from tether.tool.grpc_meta import code_from_int
-from tether.tool.http_server import relay_server, start_site
+from tether.tool.http_server import RELAYED_API_HEADERS, relay_server, start_site
 from tether.tool.logs import REQUEST_ID_METADATA, bind, new_request_id
 from tether.tool.rate_limit import RateLimiter, per_minute
 from tether.tool.status import http_code
@@ -110,7 +110,7 @@ class KubernetesApiProxy:
         self._authorizer = authorizer
         self._external_url = external_url
         self._prefix = config.url_path_prefix
-        server = relay_server(self._handle)
+        server = relay_server(self._handle, RELAYED_API_HEADERS)
         self._runner = web.ServerRunner(server, shutdown_timeout=config.listen.shutdown_grace_period)
         # Routed calls of the watches in flight: ended cleanly when kas shuts down.
         self._watches: set[asyncio.Task[status_pb2.Status | None]] = set()

@@ -1,9 +1,13 @@
 """The agentk module's loop: leader only, full and partial reconciliation on their timers (reference §5.1-§5.2).
 
-The module waits for a configuration with ``remote_development.enabled``, then competes for the Lease
+The module waits for a configuration with a ``remote_development`` section, then competes for the Lease
 ``agent-<agent id>-lock`` in its pod's namespace. The leader watches the workspaces and reconciles: a full
 sync at once, then a partial one every ``partial_sync_interval`` after the previous run ended, and a full one
 every ``full_sync_interval``; a new leader and every configuration change start over with a full sync.
+A configuration without the section changes nothing (GitLab skips the update when the section is absent;
+issue 27 item 7). With ``enabled: false`` the leader keeps reconciling, unlike upstream's no-op worker: the
+hub then stops every workspace (volumes kept), and only a reconciling agentk can scale them down; the cost
+is one request per ``partial_sync_interval``.
 Failed runs are logged and retried at the next tick (a failed full sync is retried as full).
 """
 
@@ -169,15 +173,20 @@ class RemoteDevelopmentAgent:
         return response.status, response.body
 
     def on_configuration(self, configuration: agentcfg_pb2.AgentConfiguration) -> None:
-        """Take a new agent configuration; a change of the module's section restarts the worker (full sync)."""
-        settings = SyncSettings.from_configuration(configuration)
+        """Take a new agent configuration; a change of the module's section restarts the worker (full sync).
+
+        A configuration without the section keeps the previous settings (module docstring).
+        """
         self._agent_id = configuration.agent_id
+        if not configuration.HasField("remote_development"):
+            return
+        settings = SyncSettings.from_configuration(configuration)
         if settings != self._settings:
             self._settings = settings
             self._changed.set()
 
     async def start(self) -> None:
-        """Start the module's loop (it waits for a configuration that enables workspaces)."""
+        """Start the module's loop (it waits for a configuration with the module's section)."""
         self._task = self._api.spawn("remote_development", self.run())
 
     async def stop(self) -> None:
@@ -188,8 +197,8 @@ class RemoteDevelopmentAgent:
                 await self._task
 
     async def run(self) -> None:
-        """Wait for workspaces to be enabled, then elect and lead until cancelled."""
-        while self._settings is None or not self._settings.enabled or not self._agent_id:
+        """Wait for the module's section, then elect and lead until cancelled."""
+        while self._settings is None or not self._agent_id:
             self._changed.clear()
             await self._changed.wait()
         lease = f"agent-{self._agent_id}-lock"
@@ -201,18 +210,21 @@ class RemoteDevelopmentAgent:
             self._changed.clear()
             settings = self._settings
             assert settings is not None
-            task: asyncio.Task[None] | None = None
-            if settings.enabled:
-                self.worker = RemoteDevelopmentWorker(self._api.kube, self._request, self._agent_id, settings)
-                task = asyncio.create_task(self.worker.run(), name="remote_development worker")
-                _log.info("workspaces_worker_started", partial_s=settings.partial_s, full_s=settings.full_s)
+            # enabled or not: with enabled false the hub answers with every workspace stopped (module docstring)
+            self.worker = RemoteDevelopmentWorker(self._api.kube, self._request, self._agent_id, settings)
+            task = asyncio.create_task(self.worker.run(), name="remote_development worker")
+            _log.info(
+                "workspaces_worker_started",
+                enabled=settings.enabled,
+                partial_s=settings.partial_s,
+                full_s=settings.full_s,
+            )
             try:
                 await self._changed.wait()
             finally:
-                if task is not None:
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
 
 class RemoteDevelopmentAgentFactory:

@@ -3,7 +3,7 @@
 Each call carries one HTTP request for a workspace port (``header`` with a ``WorkspaceTarget`` in ``extra``,
 ``data``*, ``trailer``, then ``upgradeData``* after a ``101``). agentk resolves the Service's port to a ready
 endpoint (``endpoints.py``) and sends the request there over plain HTTP with the original ``Host``, without the
-caller's credentials (kas removed them; agentk removes ``Authorization`` and kas' cookies again), and streams the
+caller's credentials (kas applied the header allow-list of ``rpc/headers.py``; agentk applies it again), and streams the
 response back (``kubernetes_api``'s ``OutboundHttp``: chunks of at most 32 KiB as they arrive, raw bytes both
 ways after a ``101``). Failures end the call with a status whose message kas shows the user: NOT_FOUND or
 PERMISSION_DENIED from resolving, UNAVAILABLE when the workspace cannot be reached.
@@ -26,9 +26,9 @@ from tether.modules.kubernetes_api.agent.outbound import (
     RequestFrames,
     Send,
 )
-from tether.modules.kubernetes_api.rpc.headers import clean_headers, from_values, is_upgrade, via_value
+from tether.modules.kubernetes_api.rpc.headers import from_values, is_upgrade, via_value
 from tether.modules.workspace_access.agent.endpoints import EndpointResolver
-from tether.modules.workspace_access.rpc.headers import without_kas_cookies
+from tether.modules.workspace_access.rpc.headers import KAS_SET_HEADERS, workspace_request_headers
 from tether.pb.gitlab.agent.grpctool import grpctool_pb2
 from tether.pb.gitlab.agent.workspace_access.rpc import rpc_pb2
 
@@ -85,10 +85,9 @@ class WorkspaceAccessAgent(MakeRequestServicer):
         endpoint = await self._resolver.resolve(target.namespace, target.workspace, target.port, self.agent_id)
         incoming = from_values(header.request.header)
         host = next((v for k, v in incoming if k.lower() == "host"), f"{endpoint.host}:{endpoint.port}")
-        cleaned = clean_headers(incoming, drop=("Authorization", "Proxy-Authorization", "Cookie"))
+        # kas applied the same allow-list: checked again, so that no other kas version or bug leaks credentials.
+        cleaned = workspace_request_headers(incoming, keep=KAS_SET_HEADERS)
         headers = [(k, v) for k, values in cleaned.items() for v in values]
-        cookies = without_kas_cookies(v for k, v in incoming if k.lower() == "cookie")
-        headers += [("Cookie", value) for value in cookies]
         headers += [("Host", host), ("Via", via_value("gRPC/1.0", "gitlab-agent"))]
         url = yarl.URL.build(
             scheme="http",
