@@ -124,13 +124,14 @@ def _tell_kas(hub: HubContext, agent_id: int, digest: str) -> None:
     from tether.hub.kas_client import client_for  # noqa: PLC0415 - grpc only for this command
 
     config = hub.config()
-    client = client_for(config)
     later = "kas refuses it once its cached answer expires (agent.info_cache_ttl, 5 min by default)"
-    if client is None:
+    if config.kas.api_address is None:
         click.echo(f"kas.api_address is not set: {later}", err=True)
         return
 
     async def deliver() -> bool:
+        client = client_for(config)  # a grpc.aio channel belongs to the loop it is made in
+        assert client is not None
         try:
             return await client.deliver_revocation(agent_id, [digest], config.kas.timeout, _CLI_DELIVERY_S)
         finally:
