@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,11 +24,12 @@ from pathlib import Path
 import grpc
 import pytest
 import redis as redis_sync
+import yaml
 
 from tests.e2e.test_k8s_proxy_upgrade import agent_kubeconfig
 from tests.fixtures.bulk_endpoint import Bulk
 from tests.fixtures.hub import HubLauncher, RealHub
-from tests.fixtures.system import KasProc, System
+from tests.fixtures.system import TETHER, KasProc, System
 from tests.hub.test_e2e_kas import configuration_status
 from tether.devenv import pki
 from tether.devenv.redis_server import RedisServer
@@ -166,3 +168,32 @@ async def test_tunnels_end_when_no_kas_heard_of_the_revocation(
     await asyncio.to_thread(kas_hub.revoke, token)
     waited = await seconds_until_refused(kas, token, revoked_at, 30)
     print(f"tunnels ended {waited:.1f} s after the revocation (info cache 3 s, period 1 s)")
+
+
+async def test_a_revocation_from_the_command_line_reaches_kas(rig: Rig, bulk: Bulk, tmp_path: Path) -> None:
+    """``tether hub agent token-revoke`` delivers the revocation as the server does: kas 2 refuses the token within
+    seconds, long before its cached answer (300 s) expires."""
+    token, path = await asyncio.to_thread(new_agent, rig.hub, "cli")
+    await connected(rig.system, rig.kas2, token, bulk, tmp_path)
+    config = tmp_path / "hub-cli.yaml"
+    settings = {
+        "data_dir": str(tmp_path),
+        "database": {"url": rig.hub.config.database_url},
+        "gitlab": {"authentication_secret_file": str(rig.hub.secret_file)},
+        "kas": {"api_address": rig.kas1.api_target},
+    }
+    config.write_text(yaml.safe_dump(settings))
+    project_id, token_id = path.split("/")[2], path.rsplit("/", 1)[1]
+    began = time.monotonic()
+    result = await asyncio.to_thread(
+        subprocess.run,
+        [TETHER, "hub", "--config", str(config), "agent", "token-revoke", project_id, "cli", token_id],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "kas acknowledged the revocation" in result.stdout, (result.stdout, result.stderr)
+    waited = await seconds_until_refused(rig.kas2, token, began, 30)
+    print(f"kas 2 refused the token {waited:.1f} s after the command started")

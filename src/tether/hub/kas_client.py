@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -26,6 +27,10 @@ from tether.pb.gitlab.agent.workspace_access.rpc import rpc_pb2 as workspaces_pb
 from tether.pb.gitlab.agent.workspace_access.rpc import rpc_pb2_grpc as workspaces_grpc
 from tether.tool.backoff import Backoff
 from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_GITLAB, mint
+from tether.tool.secrets import load_base64_secret
+
+if TYPE_CHECKING:
+    from tether.hub.config import HubConfig
 
 log = logging.getLogger(__name__)
 _JWT_LIFETIME_S = 60.0
@@ -35,6 +40,21 @@ _JWT_LIFETIME_S = 60.0
 REVOCATION_RETRY_FOR_S = 900.0
 #: Answers that no retry can change: the call itself is wrong.
 _FINAL = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.UNIMPLEMENTED})
+
+
+def client_for(config: HubConfig) -> KasApiClient | None:
+    """The client for ``config.kas.api_address``, or None when the hub is not told where kas is.
+
+    Raises:
+        OSError, ValueError: the kas secret file or CA certificate cannot be read.
+    """
+    if config.kas.api_address is None:
+        return None
+    secret = load_base64_secret(config.kas_secret_file)
+    credentials = None
+    if config.kas.ca_certificate_file is not None:
+        credentials = grpc.ssl_channel_credentials(root_certificates=config.kas.ca_certificate_file.read_bytes())
+    return KasApiClient(config.kas.api_address, secret, credentials)
 
 
 class KasApiClient:
@@ -118,15 +138,16 @@ class KasApiClient:
             The delivery: True once acknowledged, False when given up.
         """
         task = asyncio.get_running_loop().create_task(
-            self._deliver_revocation(agent_id, digests_hex, timeout_s, retry_for_s)
+            self.deliver_revocation(agent_id, digests_hex, timeout_s, retry_for_s)
         )
         self._deliveries.add(task)
         task.add_done_callback(self._deliveries.discard)
         return task
 
-    async def _deliver_revocation(
+    async def deliver_revocation(
         self, agent_id: int, digests_hex: list[str], timeout_s: float, retry_for_s: float
     ) -> bool:
+        """Deliver a revocation now, retrying as :meth:`announce_revocation` does; True once acknowledged."""
         give_up_at = time.monotonic() + retry_for_s
         backoff = Backoff(initial_s=0.5, max_s=10.0, jitter=0.2)
         attempt = 0

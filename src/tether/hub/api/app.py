@@ -10,7 +10,6 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import grpc
 from fastapi import APIRouter, FastAPI
 from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
@@ -41,23 +40,12 @@ from tether.hub.console import routes as console
 from tether.hub.db.engine import Database
 from tether.hub.db.migrate import ensure_current
 from tether.hub.gitaly import GitalyServer
-from tether.hub.kas_client import KasApiClient
+from tether.hub.kas_client import client_for
 from tether.hub.secrets_file import gitaly_token
 from tether.hub.service.token_use import TokenUseWriter
 from tether.hub.workspaces.graphql import router as graphql_router
-from tether.tool.secrets import load_base64_secret
 
 log = logging.getLogger(__name__)
-
-
-def _kas_client(config: HubConfig) -> KasApiClient | None:
-    if config.kas.api_address is None:
-        return None
-    secret = load_base64_secret(config.kas_secret_file)
-    credentials = None
-    if config.kas.ca_certificate_file is not None:
-        credentials = grpc.ssl_channel_credentials(root_certificates=config.kas.ca_certificate_file.read_bytes())
-    return KasApiClient(config.kas.api_address, secret, credentials)
 
 
 def create_app(config: HubConfig, gitlab_secret: bytes) -> FastAPI:
@@ -80,7 +68,7 @@ def create_app(config: HubConfig, gitlab_secret: bytes) -> FastAPI:
         token_uses = TokenUseWriter(db)
         try:
             await ensure_current(db.engine, config.database.auto_migrate)
-            kas = _kas_client(config)
+            kas = client_for(config)
             token = ""
             if config.gitaly.listen is not None:
                 token = gitaly_token(config)

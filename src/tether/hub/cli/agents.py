@@ -8,13 +8,16 @@ import click
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from tether.hub.cli.common import err_console, in_transaction, print_secret, print_table
+from tether.hub.cli.common import err_console, in_transaction, print_secret, print_table, run
 from tether.hub.cli.context import HubContext, pass_hub
 from tether.hub.db.agents import ClusterAgent, ClusterAgentToken
 from tether.hub.errors import NotFound
 from tether.hub.service import agents
 from tether.hub.service.paths import find_project
 from tether.hub.service.principal import Principal
+
+#: Seconds ``token-revoke`` keeps trying to reach a kas before it leaves the token to kas' re-validation.
+_CLI_DELIVERY_S = 60.0
 
 
 async def _agent(session: AsyncSession, op: Principal, project_ref: str, name: str) -> ClusterAgent:
@@ -102,11 +105,42 @@ def agent_token_list(hub: HubContext, project: str, name: str) -> None:
 def agent_token_revoke(hub: HubContext, project: str, name: str, token_id: int) -> None:
     """Revoke token TOKEN_ID of agent NAME of PROJECT."""
 
-    async def work(session: AsyncSession, op: Principal) -> None:
-        agents.revoke_token(await agents.get_token(session, await _agent(session, op, project, name), token_id))
+    async def work(session: AsyncSession, op: Principal) -> tuple[int, str]:
+        token = await agents.get_token(session, await _agent(session, op, project, name), token_id)
+        agents.revoke_token(token)
+        return token.agent_id, token.token_digest
 
-    in_transaction(hub, work)
+    agent_id, digest = in_transaction(hub, work)
     click.echo(f"agent token {token_id} revoked")
+    _tell_kas(hub, agent_id, digest)
+
+
+def _tell_kas(hub: HubContext, agent_id: int, digest: str) -> None:
+    """Deliver the revocation to kas as the server does (issue 27 item 6), waiting for at most a minute here.
+
+    Without ``kas.api_address``, or if no kas acknowledges in time, every kas still refuses the token once its
+    cached answer expires (``agent.info_cache_ttl``) and its next re-validation runs; the message says so.
+    """
+    from tether.hub.kas_client import client_for  # noqa: PLC0415 - grpc only for this command
+
+    config = hub.config()
+    later = "kas refuses it once its cached answer expires (agent.info_cache_ttl, 5 min by default)"
+    if config.kas.api_address is None:
+        click.echo(f"kas.api_address is not set: {later}", err=True)
+        return
+
+    async def deliver() -> bool:
+        client = client_for(config)  # a grpc.aio channel belongs to the loop it is made in
+        assert client is not None
+        try:
+            return await client.deliver_revocation(agent_id, [digest], config.kas.timeout, _CLI_DELIVERY_S)
+        finally:
+            await client.close()
+
+    if run(deliver()):
+        click.echo("kas acknowledged the revocation: every kas refuses the token now")
+    else:
+        click.echo(f"no kas acknowledged the revocation within {_CLI_DELIVERY_S:g} s: {later}", err=True)
 
 
 @agent_group.command("config-set")
