@@ -161,7 +161,8 @@ def test_strip_never_changes_a_file_hard_linked_elsewhere(tmp_path: Path) -> Non
 
     shared = tmp_path / "cache" / "lib.so"
     shared.parent.mkdir()
-    shutil.copyfile(shutil.which("python3") or "/usr/bin/python3", shared)  # any ELF file with symbols
+    # Any ELF file: the interpreter running the tests (``python3`` on PATH may be a pyenv shim, a shell script).
+    shutil.copyfile(Path(sys.executable).resolve(), shared)
     (tmp_path / "site").mkdir()
     linked = tmp_path / "site" / "lib.so"
     linked.hardlink_to(shared)
