@@ -132,6 +132,17 @@ def test_within_budget_is_answered(hub: RealHub, developer: str) -> None:
     )
 
 
+def test_a_list_without_devfiles_then_one_workspace(hub: RealHub, developer: str) -> None:
+    """The fields of a request share one session: ``workspace`` gets the row ``workspaces`` loaded without its
+    devfile, and must not read the deferred column (it raised and the field came back as an internal error)."""
+    first = graphql(hub, developer, "query { workspaces(first: 1) { nodes { id } } }").json()
+    gid = first["data"]["workspaces"]["nodes"][0]["id"]
+    query = "query($id: ID!) { workspaces(first: 100) { nodes { name } } workspace(id: $id) { id name } }"
+    body = graphql(hub, developer, query, {"id": gid}).json()
+    assert body.get("errors") is None, body
+    assert body["data"]["workspace"]["id"] == gid
+
+
 def test_aliased_fields_share_one_transaction(hub: RealHub, developer: str) -> None:
     """Each aliased field used to open its own transaction: 280 aliases held the pool (issue 27 item 3)."""
     with transactions(hub) as begun:

@@ -19,7 +19,7 @@ from tests.fixtures.k8s import Kubectl, cluster_assets
 from tether.devenv import node_build, node_net
 from tether.devenv.build import BuildError
 from tether.devenv.cluster import ClusterInfo, LocalCluster
-from tether.devenv.node import mounts_under
+from tether.devenv.node import mounts_under, read_tunables
 from tether.devenv.process import pid_alive
 
 
@@ -53,12 +53,15 @@ def real_node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clus
         pytest.fail(str(exc), pytrace=False)
     directory = tmp_path_factory.mktemp("k8s-real")
     cluster = LocalCluster(directory, nodes=1, real_nodes=1)
+    kernel = read_tunables()  # kubelet rewrites some host sysctls; the host gets its own back
     info = cluster.start()
     try:
         yield info
     finally:
         cluster.stop()
         left = _leftovers(info, directory)
+        changed = {name: value for name, value in read_tunables().items() if kernel.get(name) != value}
+        left += [f"sysctl {name} = {value} (was {kernel.get(name)})" for name, value in changed.items()]
         assert not left, f"the real node left: {left}"
 
 

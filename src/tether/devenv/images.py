@@ -155,8 +155,18 @@ def _epoch() -> int:
 
 
 def _uv() -> list[str]:
+    """The uv command: on PATH, else ``python3 -m uv`` as scripts/bootstrap.sh installs it.
+
+    The project's venv has no uv of its own, and a pip-installed uv script is not on PATH until pyenv rehashes.
+    """
     found = shutil.which("uv")
-    return [found] if found else [sys.executable, "-m", "uv"]
+    if found:
+        return [found]
+    # pip puts the script beside the interpreter the venv was made from (`python3 -m pip install uv`).
+    beside = Path(sys.base_prefix) / "bin" / "uv"
+    if beside.is_file():
+        return [str(beside)]
+    return [shutil.which("python3") or "python3", "-m", "uv"]
 
 
 def _digest_file(path: Path) -> str:

@@ -260,6 +260,36 @@ def _helper_pod() -> str:
     )
 
 
+#: Host-wide sysctls kubelet rewrites at start (its ``setupKernelTunables``: overcommit, panic on oops...).
+#: ``protectKernelDefaults`` would make kubelet refuse to start instead, so they are saved before the first
+#: kubelet and written back when the nodes go: a developer's machine keeps its own settings.
+KERNEL_TUNABLES = (
+    "vm/overcommit_memory",
+    "vm/panic_on_oom",
+    "kernel/panic",
+    "kernel/panic_on_oops",
+    "kernel/keys/root_maxkeys",
+    "kernel/keys/root_maxbytes",
+)
+
+
+def read_tunables() -> dict[str, str]:
+    """The current value of each of :data:`KERNEL_TUNABLES` that this kernel has, ``name -> text``."""
+    found = {}
+    for name in KERNEL_TUNABLES:
+        with contextlib.suppress(OSError):
+            found[name] = (Path("/proc/sys") / name).read_text().strip()
+    return found
+
+
+def restore_tunables(saved: dict[str, str]) -> None:
+    """Write back values read by :func:`read_tunables` (one that cannot be written is left as it is)."""
+    for name, value in saved.items():
+        if name in KERNEL_TUNABLES:
+            with contextlib.suppress(OSError):
+                (Path("/proc/sys") / name).write_text(value)
+
+
 @dataclass
 class RealNodes:
     """Starts ``count`` real nodes and the cluster add-ons that need them; stops and removes them all.
@@ -284,6 +314,7 @@ class RealNodes:
     nets: list[NodeNet] = field(default_factory=list)
     processes: dict[str, list[ManagedProcess]] = field(default_factory=dict)
     host_processes: list[ManagedProcess] = field(default_factory=list)
+    tunables: dict[str, str] = field(default_factory=dict)
 
     @property
     def api_address(self) -> str:
@@ -295,6 +326,7 @@ class RealNodes:
         return {
             "api_port": self.api_port,
             "api_address": self.api_address if self.nets else "",
+            "kernel_tunables": self.tunables,
             "nodes": [
                 {
                     "net": net.to_json(),
@@ -340,6 +372,7 @@ class RealNodes:
             tether.devenv.process.ProcessFailed: a program exited or did not become ready (with its log tail).
             tether.devenv.oci.ImageError: busybox-static is missing.
         """
+        self.tunables = read_tunables()
         self.nets = node_net.plan(self.count)
         images = self.directory / "images" / "node-images.tar"
         oci.write_node_images(images)
@@ -529,9 +562,7 @@ class RealNodes:
         """Stop the add-ons and every node, and remove their containers, mounts and networks."""
         for proc in reversed(self.host_processes):
             proc.stop()
-        record = self.record()
-        for node in record["nodes"]:
-            teardown(node, record["api_address"], record["api_port"])
+        teardown_recorded(self.record())
         self.processes.clear()
         self.host_processes.clear()
         self.nets = []
@@ -684,9 +715,12 @@ def teardown(node: dict[str, Any], api_address: str, api_port: int) -> None:
 def teardown_recorded(record: dict[str, Any]) -> list[str]:
     """Tear down every node of a cluster's recorded ``real_nodes`` entry; return the node names."""
     names = []
-    for node in record.get("nodes", []):
-        teardown(node, record["api_address"], int(record["api_port"]))
-        names.append(node["net"]["name"])
+    try:
+        for node in record.get("nodes", []):
+            teardown(node, record["api_address"], int(record["api_port"]))
+            names.append(node["net"]["name"])
+    finally:
+        restore_tunables(record.get("kernel_tunables", {}))
     return names
 
 

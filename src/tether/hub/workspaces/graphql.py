@@ -304,7 +304,8 @@ class Query:
                 row = await operations.get(session, context.principal, _id(id, GID_WORKSPACE, "id"))
             except (NotFound, BadRequest):
                 return None
-            return (await _views(session, [row]))[0]
+            # The request's session may hold this row from a ``workspaces`` field with its devfile deferred.
+            return (await _views(session, [row], context.wants_devfile))[0]
 
 
 def _errors(exc: BadRequest) -> list[str]:
