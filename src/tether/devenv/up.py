@@ -225,7 +225,7 @@ async def bring_up(options: UpOptions, progress: Progress, running: Running) -> 
     proxy_tls = pki.generate(state / "proxy-tls")
     if options.replicas > 1 and not options.redis_url:
         raise EnvironmentProblem("--replicas above 1 needs --redis: kas replicas share their state through Redis")
-    ports = [HUB_PORT, AGENTK_OBSERVABILITY_PORT] + ([FRONT_PROXY_PORT] if options.front_proxy else [])
+    ports = [HUB_PORT, GITALY_PORT, AGENTK_OBSERVABILITY_PORT] + ([FRONT_PROXY_PORT] if options.front_proxy else [])
     if options.front_proxy:
         haproxy_binary()  # before anything starts: a missing package is a one-line problem
     ports += [p + 20 * i for i in range(options.replicas) for p in KAS_PORTS.values()]

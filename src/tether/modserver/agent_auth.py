@@ -268,8 +268,12 @@ class AgentAuthenticator:
                     return exc.code in _REFUSED
                 return False
 
-        outcomes = await asyncio.gather(*(refused(d, t) for d, t in stale))
-        gone = [digest for (digest, _), no in zip(stale, outcomes, strict=True) if no]
+        # One token's unexpected error must not cost the others their verdict in this round.
+        outcomes = await asyncio.gather(*(refused(d, t) for d, t in stale), return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, Exception):
+                log.warning("agent token re-validation failed: %r", outcome)
+        gone = [digest for (digest, _), no in zip(stale, outcomes, strict=True) if no is True]
         if gone:
             closed = self.revoke(gone)
             log.info(

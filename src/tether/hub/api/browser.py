@@ -64,14 +64,16 @@ def clear_session_cookies(response: Response, config: HubConfig) -> None:
     """Add ``Set-Cookie`` headers that make the browser drop both session cookies."""
     secure = config.secure_cookies
     response.delete_cookie(SESSION_COOKIE, secure=secure, httponly=True, samesite="lax")
-    response.delete_cookie(
-        KAS_COOKIE,
-        path=kas_cookie_path(config),
-        domain=config.sessions.kas_cookie_domain,
-        secure=secure,
-        httponly=True,
-        samesite="lax",
-    )
+    # Before issue 27 the kas cookie had Path=/: a browser signed in then still holds it there.
+    for path in dict.fromkeys((kas_cookie_path(config), "/")):
+        response.delete_cookie(
+            KAS_COOKIE,
+            path=path,
+            domain=config.sessions.kas_cookie_domain,
+            secure=secure,
+            httponly=True,
+            samesite="lax",
+        )
 
 
 def _origin(url: str) -> str:
