@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+from pathlib import Path
 
 import httpx
 import pytest
@@ -191,3 +192,24 @@ def test_bad_session_lifetime_is_a_configuration_error(text: str, problem: str) 
         load_config(None, environ={"TETHER_HUB_SESSION_LIFETIME": text})
     with pytest.raises(ConfigError, match=re.escape("sessions.kas_cookie_domain")):
         load_config(None, environ={}, overrides={"sessions.kas_cookie_domain": "evil; Path=/x"})
+
+
+def test_sign_out_drops_the_kas_cookie_at_its_former_path_too(tmp_path: Path) -> None:
+    """The kas cookie's Path is now kas' proxy path (issue 27 item 2); a browser signed in before still holds one
+    at ``Path=/``, which reaches every listener of the host: sign-out drops both."""
+    launcher = HubLauncher(tmp_path, f"sqlite+aiosqlite:///{tmp_path / 'hub.db'}")
+    hub = launcher.launch({"kas.k8s_proxy_url": "https://127.0.0.1:8154/k8s-proxy/"})
+    try:
+        _, token = hub.user("alice", ("api",))
+        signed = sign_in(hub, "alice", token)
+        with client(hub) as c:
+            done = c.post("/users/sign_out", headers={**signed.headers, "X-Csrf-Token": signed.csrf_token})
+        assert done.status_code == 200
+        kas_paths = {
+            line.split("Path=", 1)[1].split(";", 1)[0]
+            for line in done.headers.get_list("set-cookie")
+            if line.startswith("_gitlab_kas=")
+        }
+        assert kas_paths == {"/k8s-proxy/", "/"}, kas_paths
+    finally:
+        launcher.stop_all()
