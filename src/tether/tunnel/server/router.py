@@ -237,7 +237,14 @@ class Router:
                 winner.cancel()
             # The attempts that lost (or all of them, on a timeout or cancellation) end before the call goes on:
             # each gives back the tunnel it may have reserved meanwhile.
-            await cancel_and_wait(lookup, *attempts.values(), drop_errors=False)
+            try:
+                await cancel_and_wait(lookup, *attempts.values(), drop_errors=False)
+            except asyncio.CancelledError:
+                # Cancelled while the losers ended: the call that won is nobody's now, so it ends too (else
+                # it would hold the agent's tunnel until its start timeout).
+                if winner.done() and not winner.cancelled() and winner.exception() is None:
+                    winner.result()[0].cancel()
+                raise
 
     @staticmethod
     async def _wait_any(
