@@ -178,8 +178,35 @@ def _egress_rule(net: NodeNet) -> list[str]:
     ]
 
 
+def _loopback_guard(net: NodeNet) -> list[str]:
+    """Drop what arrives on the veth for ``127.0.0.0/8`` unless the API rule made it so.
+
+    ``route_localnet`` lets the kernel route to loopback from that veth; without this rule a pod with the host's
+    network and ``NET_RAW`` could reach every loopback-only service of the host (kube-proxy's guard for
+    CVE-2020-8558, the same situation).
+    """
+    return [
+        "INPUT",
+        "-i",
+        net.host_if,
+        "-d",
+        "127.0.0.0/8",
+        "-m",
+        "conntrack",
+        "!",
+        "--ctstate",
+        "DNAT",
+        "-m",
+        "comment",
+        "--comment",
+        f"tether-node {net.netns}",
+        "-j",
+        "DROP",
+    ]
+
+
 def create(net: NodeNet, api_address: str, api_port: int) -> None:
-    """Create the namespace, the veth pair, the routes and the two host rules for ``net``.
+    """Create the namespace, the veth pair, the routes and the three host rules for ``net``.
 
     Raises:
         NodeNetworkError: a command failed (what was created is removed again).
@@ -190,6 +217,7 @@ def create(net: NodeNet, api_address: str, api_port: int) -> None:
         run("ip", "addr", "add", f"{net.host_address}/30", "dev", net.host_if)
         run("ip", "link", "set", net.host_if, "up")
         run("ip", "route", "add", net.pod_cidr, "via", net.node_address, "dev", net.host_if)
+        run("iptables", "-w", "-I", *_loopback_guard(net))
         run("sysctl", "-q", "-w", f"net.ipv4.conf.{net.host_if}.route_localnet=1")
         inside = ("nsenter", f"--net={net.netns_path}")
         run(*inside, tool("ip"), "link", "set", "lo", "up")
@@ -208,12 +236,14 @@ def remove(net: NodeNet, api_address: str, api_port: int) -> None:
     """Remove what :func:`create` made for ``net``; each step is skipped when already gone."""
     run("iptables", "-w", "-t", "nat", "-D", *_api_rule(net, api_address, api_port), check=False)
     run("iptables", "-w", "-t", "nat", "-D", *_egress_rule(net), check=False)
+    run("iptables", "-w", "-D", *_loopback_guard(net), check=False)
     run("ip", "route", "del", net.pod_cidr, check=False)
     run("ip", "link", "del", net.host_if, check=False)
     run("ip", "netns", "del", net.netns, check=False)
 
 
 def host_rules(netns: str) -> list[str]:
-    """The host ``nat`` rules that still carry ``netns``'s comment (for tests that check the clean-up)."""
+    """The host ``nat`` and ``filter`` rules that still carry ``netns``'s comment (for tests of the clean-up)."""
     listing = run("iptables", "-w", "-t", "nat", "-S").stdout.splitlines()
+    listing += run("iptables", "-w", "-S").stdout.splitlines()
     return [line for line in listing if f"tether-node {netns}" in line]
