@@ -414,12 +414,14 @@ class LocalCluster:
 
     def stop(self) -> None:
         """Remove the real nodes (containers, mounts, networks), then stop every component in reverse order."""
-        if self.real is not None:
-            self.real.stop()
-            self.real = None
-        for proc in reversed(self.processes):
-            proc.stop()
-        self.processes.clear()
+        try:
+            if self.real is not None:
+                self.real.stop()
+                self.real = None
+        finally:  # a node that cannot be removed must not leave the control plane running too
+            for proc in reversed(self.processes):
+                proc.stop()
+            self.processes.clear()
         (self.directory / STATE_FILE).unlink(missing_ok=True)
 
 

@@ -682,6 +682,22 @@ def teardown(node: dict[str, Any], api_address: str, api_port: int) -> None:
     """
     net = NodeNet.from_json(node["net"])
     directory = Path(node["directory"])
+    try:
+        _stop_node_programs(node, directory)
+    finally:  # a hung containerd or runc must not leave the host's rules, routes and namespace behind
+        unmount_under(directory)
+        node_net.remove(net, api_address, api_port)
+    logs = Path("/var/log/containers")
+    if logs.is_dir():
+        for link in logs.iterdir():
+            with contextlib.suppress(OSError):
+                if link.is_symlink() and str(os.readlink(link)).startswith(str(directory)):
+                    link.unlink()
+    shutil.rmtree(directory / "containerd", ignore_errors=True)
+
+
+def _stop_node_programs(node: dict[str, Any], directory: Path) -> None:
+    """Stop a recorded node's programs and kill its containers (through containerd, else runc's state)."""
     pids: dict[str, int] = {k: int(v) for k, v in node["pids"].items()}
     socket_path = directory / "containerd.sock"
     for name in ("coredns", "kube-proxy", "kubelet"):
@@ -701,26 +717,21 @@ def teardown(node: dict[str, Any], api_address: str, api_port: int) -> None:
         node_net.run(*runc, "delete", "--force", container, check=False)
     for pid in _shims(socket_path):
         stop_pid(pid, timeout=2.0)
-    unmount_under(directory)
-    node_net.remove(net, api_address, api_port)
-    logs = Path("/var/log/containers")
-    if logs.is_dir():
-        for link in logs.iterdir():
-            with contextlib.suppress(OSError):
-                if link.is_symlink() and str(os.readlink(link)).startswith(str(directory)):
-                    link.unlink()
-    shutil.rmtree(directory / "containerd", ignore_errors=True)
 
 
 def teardown_recorded(record: dict[str, Any]) -> list[str]:
     """Tear down every node of a cluster's recorded ``real_nodes`` entry; return the node names."""
     names = []
-    try:
-        for node in record.get("nodes", []):
+    failed: list[Exception] = []
+    for node in record.get("nodes", []):
+        try:
             teardown(node, record["api_address"], int(record["api_port"]))
-            names.append(node["net"]["name"])
-    finally:
-        restore_tunables(record.get("kernel_tunables", {}))
+        except Exception as exc:  # the other nodes still go; the first failure is raised at the end
+            failed.append(exc)
+        names.append(node["net"]["name"])
+    restore_tunables(record.get("kernel_tunables", {}))
+    if failed:
+        raise failed[0]
     return names
 
 
