@@ -223,8 +223,13 @@ def test_gitlab_config_is_accepted_with_a_warning_per_ignored_section(hub: RealH
         "configuration.starboard",
     ]
     assert all("not served by Tether" in w for w in body["warnings"])
-    # Kept as written, served only where Tether acts on them.
-    assert set(body["configuration"]) == {"user_access"}
+    # The text is kept as written; what kas hands agents keeps the sections that parse (an upstream agentk may
+    # serve ci_access) and leaves out one of another GitLab version (gitops.manifest_projects) or unknown here.
+    assert set(body["configuration"]) == {"ci_access", "user_access"}
+    assert (
+        "left out of what agents receive: configuration.gitops.manifest_projects unknown field" in (body["warnings"][0])
+    )
+    assert "left out" in body["warnings"][2] and "left out" not in body["warnings"][1]
     assert body["content"] == GITLAB_CONFIG.decode()
     # A typo in a section's name is still refused, not ignored.
     typo = api.put(config, content=b"user_acess:\n  access_as: {agent: {}}\n")

@@ -33,9 +33,8 @@ _FIELD = "configuration"
 _CHAIN = re.compile(r"Failed to parse (\w+) field: ")
 _LOCATION = re.compile(r' at "?ConfigurationFile\.?([\w\[\]]+(?:\.[\w\[\]]+)*)?"?\.*$')
 _UNKNOWN = re.compile(r'has no field named "([^"]+)"')
-#: GitLab agent configuration sections Tether does not serve -> what GitLab uses them for. They are kept in the
-#: stored text but left out of the validated document: their insides follow GitLab's schema of the day (newer or
-#: older than our protobuf), and no Tether module reads them.
+#: GitLab agent configuration sections Tether does not serve -> what GitLab uses them for (set aside by
+#: :func:`_set_aside_gitlab_sections`).
 GITLAB_ONLY_SECTIONS = {
     "gitops": "GitLab's pull-based GitOps",
     "ci_access": "GitLab CI/CD access to the cluster",
@@ -83,12 +82,7 @@ def parse_configuration(content: str) -> ValidConfiguration:
         data = {}
     if not isinstance(data, dict):
         raise BadRequest.field(_FIELD, f"must be a mapping at the top level, not {_kind(data)}")
-    warnings = tuple(
-        f"{_FIELD}.{key}: accepted but not served by Tether ({what})"
-        for key, what in GITLAB_ONLY_SECTIONS.items()
-        if key in data
-    )
-    data = {key: value for key, value in data.items() if key not in GITLAB_ONLY_SECTIONS}
+    data, warnings = _set_aside_gitlab_sections(data)
     _check_user_access(data)
     _check_shapes(data, ConfigurationFile.DESCRIPTOR, _FIELD)
     try:
@@ -105,6 +99,32 @@ def parse_configuration(content: str) -> ValidConfiguration:
         where, _, problem = str(exc).partition(": ")
         raise BadRequest.field(f"{_FIELD}.{where}", problem) from exc
     return ValidConfiguration(content=content, document=document, warnings=warnings)
+
+
+def _set_aside_gitlab_sections(data: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """Split off the :data:`GITLAB_ONLY_SECTIONS` of ``data``, with one warning each.
+
+    A section the protobuf knows and that parses is kept: kas hands it to an upstream agentk, which may serve
+    it. One it does not know (``starboard``) or that uses fields of another GitLab version is left out of the
+    document (the stored text keeps it) and its warning says why.
+    """
+    kept = {key: value for key, value in data.items() if key not in GITLAB_ONLY_SECTIONS}
+    warnings = []
+    for key, what in GITLAB_ONLY_SECTIONS.items():
+        if key not in data:
+            continue
+        warning = f"{_FIELD}.{key}: accepted but not served by Tether ({what})"
+        try:
+            if key not in ConfigurationFile.DESCRIPTOR.fields_by_name:
+                raise BadRequest.field(f"{_FIELD}.{key}", "not in this agent protocol version")
+            _check_shapes({key: data[key]}, ConfigurationFile.DESCRIPTOR, _FIELD)
+            json_format.ParseDict({key: data[key]}, ConfigurationFile())
+        except (BadRequest, json_format.ParseError, TypeError, ValueError) as exc:
+            warnings.append(f"{warning}; left out of what agents receive: {exc}")
+            continue
+        kept[key] = data[key]
+        warnings.append(warning)
+    return kept, tuple(warnings)
 
 
 def _check_user_access(data: dict[str, Any]) -> None:
