@@ -65,7 +65,7 @@ def clear_session_cookies(response: Response, config: HubConfig) -> None:
     secure = config.secure_cookies
     response.delete_cookie(SESSION_COOKIE, secure=secure, httponly=True, samesite="lax")
     # Before issue 27 the kas cookie had Path=/: a browser signed in then still holds it there.
-    for path in dict.fromkeys((kas_cookie_path(config), "/")):
+    for path in dict.fromkeys(("/", kas_cookie_path(config))):
         response.delete_cookie(
             KAS_COOKIE,
             path=path,
