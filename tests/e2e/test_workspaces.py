@@ -153,7 +153,17 @@ def test_failures_are_explained_and_agentk_restart_recreates_nothing(env: Env) -
     failing = env.create("e2e-pull-fails", FAILING_DEVFILE)
     refused = env.create("e2e-refused", REFUSED_DEVFILE)
     steady = env.create("e2e-steady")
-    failed = env.wait(failing["id"], "Failed")
+    # While its volume claim binds, the pod may first be reported Unschedulable (also Failed): wait for the pull.
+    failed = poll_sync(
+        lambda: (
+            (w := env.workspace(failing["id"]))["actualState"] == "Failed"
+            and w["actualStateMessage"].startswith("ImagePullBackOff: Back-off pulling image")
+            and w
+        ),
+        "the failing workspace to report its image pull",
+        90,
+        interval=0.3,
+    )
     assert failed["actualStateMessage"].startswith("ImagePullBackOff: Back-off pulling image")
     error = env.wait(refused["id"], "Error")
     assert "must be no more than 15 characters" in error["actualStateMessage"]
