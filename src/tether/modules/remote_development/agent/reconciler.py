@@ -135,6 +135,10 @@ class Reconciler:
         version = info.get("deployment_resource_version")
         if version is not None:
             self._acknowledged[name] = str(version)
+        else:
+            # The hub holds no version (a new workspace, or an Error one it wants re-reported): the next partial
+            # run sends the Deployment even if unchanged (upstream stores "" for null, with the same effect).
+            self._acknowledged.pop(name, None)
         if error_delivered:
             self._errors.pop(name, None)
         config = str(info.get("config_to_apply") or "")
