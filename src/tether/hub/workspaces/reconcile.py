@@ -21,7 +21,7 @@ from tether.hub.db.workspaces import Workspace
 from tether.hub.workspaces import agent_settings
 from tether.hub.workspaces.operations import set_actual, set_desired
 from tether.modules.remote_development import desired_config, rules
-from tether.modules.remote_development.actual_state import calculate_with_failure
+from tether.modules.remote_development.actual_state import calculate_with_failure, waiting_reason
 from tether.modules.remote_development.devfile import Devfile, DevfileError, parse_devfile
 from tether.modules.remote_development.params import UPDATE_FULL, AgentInfo, parse
 from tether.modules.remote_development.states import State
@@ -61,9 +61,14 @@ def _apply_report(ws: Workspace, info: AgentInfo, now: datetime) -> None:
         info.deployment, info.termination_progress, info.error_details, info.pod_failure
     )
     set_desired(ws, rules.desired_after_report(ws.desired_state, state), now)
-    message = (
-        failure.text() if failure is not None else rules.error_text(info.error_message) if state == State.ERROR else ""
-    )
+    if failure is not None:
+        message = failure.text()
+    elif state == State.ERROR:
+        message = rules.error_text(info.error_message)
+    elif state in (State.STARTING, State.UNKNOWN):
+        message = waiting_reason(info.pod_failure)  # a cause that may resolve on its own: Starting, and why
+    else:
+        message = ""
     set_actual(ws, state, message, now)
     if info.resource_version is not None:
         ws.deployment_resource_version = info.resource_version
