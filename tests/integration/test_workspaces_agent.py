@@ -196,38 +196,42 @@ async def test_an_error_workspace_runs_once_its_cause_is_fixed(
     hub: RealHub, k8s_cluster: ClusterInfo, kubectl: Kubectl
 ) -> None:
     """Issue 23 item 4: a quota refuses the Deployment (Error); once it is gone the workspace runs within a
-    partial reconciliation (upstream waits for the hourly full one). ``--wait`` prints the reason, then Running."""
+    partial reconciliation (upstream waits for the hourly full one). ``--wait`` through it all: the failure
+    with its reason, an Error that predates the wait and clears, a restart, a stop."""
     ws = workspace_setup(hub)
     volumes(kubectl, 1)
-    created = create(hub, ws, name="it-quota")
-    name, namespace = created["name"], created["namespace"]
-    number = created["id"].rsplit("/", 1)[1]
     token = ws.setup.tokens["developer"]
+    name, namespace = "it-quota", f"gl-rd-ns-{ws.setup.agent_id}-it-quota"  # the hub's rule for a named one
     kubectl.run("create", "namespace", namespace)
     quota = "{kind: ResourceQuota, apiVersion: v1, metadata: {name: no-deployments}, spec: {hard: {%s: '0'}}}"
     kubectl.run("apply", "-n", namespace, "-f", "-", input_text=quota % "count/deployments.apps")
     kube = KubeClient(load_credentials(str(k8s_cluster.kubeconfig)))
     task = start_worker(hub, ws, kube, grace_s=60)
     try:
-        row = await wait_state(hub, name, "Error")
-        assert "is forbidden: exceeded quota: no-deployments" in row["actual_state_message"], row
+        args = ("create", "--agent", str(ws.setup.agent_id), "--project", str(ws.setup.project_id), "--name", name)
+        refused = await asyncio.to_thread(cli, hub, token, *args, "--wait", "--timeout", "60")
+        assert refused.returncode == 1 and f"{name}: CreationRequested" in refused.stdout, refused
+        assert f"{name} is Error, not Running: Deployment {namespace}/{name}: " in refused.stderr, refused
+        assert "exceeded quota: no-deployments" in refused.stderr
+        row = state(hub, name)
         assert row["actual_state_message"].endswith("it returns to its desired state once the cause is fixed)")
-        refused = await asyncio.to_thread(cli, hub, token, "start", number, "--wait", "--timeout", "30")
-        assert refused.returncode == 1 and f"{name}: Error (" in refused.stdout, refused
-        assert f"{name} is Error, not Running: " in refused.stderr and "exceeded quota" in refused.stderr
+        number = str(hub.db.rows("SELECT id FROM workspaces WHERE name = :n", n=name)[0]["id"])
         await asyncio.sleep(2)  # several partial runs: each applies again and is refused again
         assert state(hub, name)["actual_state"] == "Error"
 
+        # The cause goes: the Error that predates this wait does not end it; the next partial run clears it.
         kubectl.run("delete", "resourcequota", "no-deployments", "-n", namespace)
-
-        async def recovered() -> bool:
-            return state(hub, name)["actual_state"] in ("Starting", "Running")
-
-        await poll(recovered, "the workspace leaving Error (partial runs are 0.5 s apart)", limit=30, interval=0.1)
         waited = await asyncio.to_thread(cli, hub, token, "start", number, "--wait", "--timeout", "60")
         assert waited.returncode == 0, waited
         assert waited.stdout.splitlines()[-1] == f"{name}: Running", waited.stdout
         assert state(hub, name)["actual_state_message"] == ""
+
+        # A restart is waited for until the workspace runs again (not at once, while it still runs).
+        restarted = await asyncio.to_thread(cli, hub, token, "restart", number, "--wait", "--timeout", "60")
+        assert restarted.returncode == 0 and restarted.stdout.splitlines()[-1] == f"{name}: Running", restarted
+        assert state(hub, name)["desired_state"] == "Running"  # RestartRequested flipped: it did stop
+        stopped = await asyncio.to_thread(cli, hub, token, "stop", number, "--wait", "--timeout", "60")
+        assert stopped.returncode == 0 and stopped.stdout.splitlines()[-1] == f"{name}: Stopped", stopped
     finally:
         await stop_worker(task)
         await kube.close()
