@@ -55,8 +55,8 @@ def bundle(image: BuiltImage, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _pod_mounts(tmp_path: Path, *values: str) -> dict[str, str]:
     """What a pod of the chart mounts: the rendered haproxy.cfg where the image reads it, and the kubelet's
-    /etc/resolv.conf and /etc/hosts (HAProxy's ``resolvers default``, which re-resolves kas' Service name, is
-    made from resolv.conf); here the hosts file names kas' Service ``t-tether-kas`` 127.0.0.1."""
+    /etc/resolv.conf and /etc/hosts; here the hosts file resolves kas' Service name ``t-tether-kas`` (HAProxy
+    looks it up once at start through the C library, as in a pod through the cluster's DNS)."""
     docs = render(SERVER, *values)
     directory = tmp_path / "config"
     directory.mkdir()
@@ -124,7 +124,7 @@ def test_rebuilding_gives_the_same_digest(image: BuiltImage) -> None:
 
 
 def test_haproxy_in_the_image_accepts_the_charts_configuration(bundle: Path, tmp_path: Path) -> None:
-    """``haproxy -c`` in the image, on a read-only root as uid 65532 (kas' Service name does not resolve here)."""
+    """``haproxy -c`` in the image on the chart's unchanged file, on a read-only root as uid 65532."""
     check = ["/usr/sbin/haproxy", "-c", "-f", FRONT_PROXY_CONFIG]
     command, run_bundle = _runc_args(bundle, check, tmp_path, mounts=_pod_mounts(tmp_path))
     result = _run(command, cwd=run_bundle)
