@@ -8,6 +8,7 @@ umoci and run with runc, as ``tests/deploy/test_images.py`` does for agentk.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from tests.fixtures.hub import RealHub
 from tests.fixtures.k8s import Kubectl
 from tests.fixtures.system import System
 from tether.devenv.cluster import ClusterInfo
-from tether.devenv.images import BASE_ENV, FRONT_PROXY_CONFIG, IMAGES, UID, BuiltImage
+from tether.devenv.images import BASE_ENV, FRONT_PROXY_CONFIG, IMAGES, UID, BuiltImage, _recipe_digest
 from tether.devenv.process import free_port, tcp_open
 
 SPEC = IMAGES["front-proxy"]
@@ -100,7 +101,11 @@ def test_the_image_runs_haproxy_as_65532_with_its_configuration_path(image: Buil
         == ["/usr/sbin/haproxy", "-db", "-f", FRONT_PROXY_CONFIG]
     )
     assert config["config"]["Env"] == [f"{k}={v}" for k, v in BASE_ENV.items()], "no Python in this image"
-    assert config["config"]["Labels"]["org.opencontainers.image.title"] == "tether-front-proxy"
+    labels = config["config"]["Labels"]
+    assert labels["org.opencontainers.image.title"] == "tether-front-proxy"
+    # The recipe's digest, never the wheel's (built beside agentk, the image once took the wheel's and so changed
+    # with sources it does not contain).
+    assert labels["org.opencontainers.image.revision"] == hashlib.sha256(_recipe_digest().encode()).hexdigest()[:12]
     assert not config.get("history"), "history entries carry build times"
     with tarfile.open(image.archive) as archive:
         index = json.load(archive.extractfile("index.json"))  # type: ignore[arg-type]

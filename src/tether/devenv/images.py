@@ -467,8 +467,9 @@ def build_images(
             shutil.rmtree(target, ignore_errors=True)
             target.mkdir()
             archive_name = f"tether-{name}-{__version__}.oci.tar"
-            # The revision label: the wheel's digest, or the recipe's for an image without Tether's code.
-            revision = wheel_digest[:12] or hashlib.sha256(_recipe_digest().encode()).hexdigest()[:12]
+            # The revision label: the wheel's digest, or the recipe's for an image without Tether's code (never
+            # the wheel's there: the image would then change with the sources it does not contain).
+            revision = wheel_digest[:12] if spec.python else hashlib.sha256(_recipe_digest().encode()).hexdigest()[:12]
             digest = _oci_archive(spec, layer, work, target / archive_name, epoch, revision)
             compressed = _layer_blob_size(work / "layout")
             saved = {
