@@ -328,6 +328,11 @@ class TunnelRegistry:
                 self._remove_idle(tunnel)
                 tunnel.retire()
         self._check_all_moved()
+        log.info(
+            "draining: %d agents with idle tunnels here, %d of them already on another kas",
+            len(agents),
+            sum(moved is True for moved in results),
+        )
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._all_moved.wait(), timeout_s)
         return len(self._idle)
