@@ -7,6 +7,10 @@ exits and is started again. Counted as failed: a GET that did not get the answer
 a watch cut without its terminating chunk, a watch that could not be opened again. Required: none.
 
 The figures go to ``$TETHER_BENCH_DIR/rolling_restart.json`` when set (``bench/rolling_restart.py``).
+
+The load balancer spreads each agent's tunnels over the kas, so most agents are on another kas already when
+theirs stops; the second test stops the only kas an agent has tunnels on, so it must move (docs/deployment.md
+"Rolling updates of kas").
 """
 
 from __future__ import annotations
@@ -128,10 +132,10 @@ async def _drain(response: aiohttp.ClientResponse) -> None:
 
 
 async def _connect_agents(
-    system: System, kas_hub: RealHub, bulk: Bulk, balancer: KasBalancer, tmp_path: Path
+    system: System, kas_hub: RealHub, bulk: Bulk, balancer: KasBalancer, tmp_path: Path, count: int = AGENTS
 ) -> list[int]:
     agents = []
-    for _ in range(AGENTS):
+    for _ in range(count):
         agent_id = next(_ids)
         token = f"rolling-agent-{agent_id}-{time.monotonic_ns()}"
         kas_hub.add_agent(token, agent_id, 75, f"rolling-{agent_id}")
@@ -246,3 +250,47 @@ async def test_rolling_restart_of_three_kas_fails_no_request(
     # Agents moved make-before-break: no tunnel of theirs failed (each failure means a reconnect backoff).
     assert figures["agent_tunnel_failures"] == 0, figures["failures"]
     assert figures["tracker_entries_left_by_stopped_kas"] == 0
+
+
+async def test_an_agent_on_the_stopping_kas_only_moves_before_its_tunnels_there_end(
+    system: System, kas_hub: RealHub, bulk: Bulk, tmp_path: Path
+) -> None:
+    """All of the agent's tunnels are on kas 1 when it gets SIGTERM: one ends, agentk reopens it on kas 2 (through
+    the load balancer), kas 2 announces it, and kas 1 ends the rest and exits, long before ``agent_move_timeout``;
+    requests sent meanwhile all succeed."""
+    move_timeout_s = 20.0
+    overrides = {"routing": {"shutdown_grace_period": "30s", "agent_move_timeout": f"{move_timeout_s:g}s"}}
+    kas1, kas2 = system.kas(**overrides), system.kas(**overrides)
+    kas2.stop()  # down while the agent connects: every tunnel lands on kas 1
+    assert system.proxy_tls is not None
+    balancer = start_kas_balancer([kas1.ports, kas2.ports], system.proxy_tls.ca_cert, tmp_path / "balancer")
+    try:
+        [agent_id] = await _connect_agents(system, kas_hub, bulk, balancer, tmp_path, count=1)
+        base = balancer.k8s_proxy_url(K8S_PROXY_PREFIX)
+        async with aiohttp.ClientSession() as session:
+            deadline = time.monotonic() + 60
+            while await _get(session, base, agent_id) is not None:
+                assert time.monotonic() < deadline, "the agent never became reachable"
+                await asyncio.sleep(0.3)
+        await asyncio.to_thread(kas2.start)
+        assert await system.tunnel_urls(agent_id) == [kas1.private_url]
+        # Requests start with the SIGTERM: each uses up a tunnel, whose replacement could land on kas 2 earlier.
+        tally, stop = Tally(), asyncio.Event()
+        load = asyncio.gather(*(_get_loop(tally, base, agent_id, stop) for _ in range(4)))
+        try:
+            kas1.signal(signal.SIGTERM)
+            began = time.monotonic()
+            await asyncio.to_thread(kas1.wait_exit, 60.0)
+            exited_s = time.monotonic() - began
+        finally:
+            stop.set()
+            await load
+        assert await system.tunnel_urls(agent_id) == [kas2.private_url]
+    finally:
+        balancer.stop()
+    assert tally.gets > 0 and tally.failed == 0, tally.failures
+    assert exited_s < move_timeout_s / 2, "kas 1 waited for its timeout: the agent's move was not noticed"
+    log = kas1.process.log_path.read_text() if kas1.process else ""
+    # Usually "0 of them already on another kas" (kas 2's announcement moved it); a request's replacement tunnel
+    # may reach kas 2 before kas 1 drains, which is as good.
+    assert "draining: 1 agents with idle tunnels here" in log
