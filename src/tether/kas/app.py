@@ -330,6 +330,13 @@ class KasApp:
             return False  # then one tunnel moves and the others wait for the announcement
         return any(url != self.own_url for url in urls)
 
+    async def _other_instances(self) -> bool:
+        try:
+            listed = await asyncio.wait_for(self.instances.instances(), 2.0)
+        except Exception:
+            return True  # unknown: give the agents their chance to move
+        return any(info.private_api_url != self.own_url for info in listed)
+
     @property
     def ports(self) -> dict[str, int]:
         """Listener name -> bound TCP port, once started."""
@@ -456,9 +463,11 @@ class KasApp:
             asyncio.ensure_future(self.agent_server.stop(routing.shutdown_grace_period)),
             asyncio.ensure_future(self.api_server.stop(routing.shutdown_grace_period)),
         ]
+        move_timeout = min(routing.agent_move_timeout, routing.shutdown_grace_period)
+        if not await self._other_instances():
+            move_timeout = 0.0  # a lone kas: its agents have nowhere to move, waiting would only delay its stop
         with contextlib.suppress(Exception):
             await self.instances.clear()  # other kas stop discovering this one
-        move_timeout = min(routing.agent_move_timeout, routing.shutdown_grace_period)
         unmoved = await self.registry.drain(self._has_tunnels_elsewhere, move_timeout)
         log.info("agents moved to other kas instances (%d had not within %.1f s)", unmoved, move_timeout)
         await self.registry.stop()
