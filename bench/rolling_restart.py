@@ -22,7 +22,7 @@ from pathlib import Path
 HERE = Path(__file__).parent
 ROOT = HERE.parent
 RESULTS = HERE / "results" / "ha.json"
-TEST = "tests/e2e/test_rolling_restart.py"
+TEST = "tests/e2e/test_rolling_restart.py::test_rolling_restart_of_three_kas_fails_no_request"
 
 
 def load_average() -> str:
