@@ -467,6 +467,8 @@ async def bring_up(options: UpOptions, progress: Progress, running: Running) -> 
         await _http_ready(f"http://127.0.0.1:{AGENTK_OBSERVABILITY_PORT}/readiness", agentk)
         agentk_line = f"a process on the host, log {logs / 'agentk.log'}"
 
+    devfile = state / "devfile.yaml"
+    devfile.write_text(demo_devfile())
     proxy_kubeconfig = state / "kubeconfig"
     proxy_url = f"https://127.0.0.1:{KAS_PORTS['k8s_proxy']}/k8s-proxy/"
     write_kubeconfig(proxy_kubeconfig, proxy_url, f"pat:{agent_id}:{admin_token}", proxy_tls.ca_cert, name="tether")
@@ -487,7 +489,8 @@ async def bring_up(options: UpOptions, progress: Progress, running: Running) -> 
         "agentk": agentk_line,
         "workspace": (
             f"TETHER_HUB_URL={hub_url} TETHER_PAT=$(cat {shlex.quote(str(admin_file))}) "
-            f"tether workspace create --agent {agent_id} --project {project_id} --wait"
+            f"tether workspace create --agent {agent_id} --project {project_id} "
+            f"--devfile {shlex.quote(str(devfile))} --wait"
         ),
         "workspaces": workspaces_url_line(),
         # glab keeps a cluster entry's other fields when it rewrites the server, so this survives re-runs.
@@ -499,6 +502,22 @@ async def bring_up(options: UpOptions, progress: Progress, running: Running) -> 
         "logs": str(logs),
     }
     return lines
+
+
+def demo_devfile() -> str:
+    """The devfile ``tether up`` writes for its printed ``tether workspace create``: an image the node has.
+
+    The default devfile's image (GitLab's workspace base image) needs a registry, which these machines do not
+    reach; this one runs the node's local busybox image until stopped, with the workspace's volume on
+    ``/projects`` as any workspace has.
+    """
+    return f"""schemaVersion: 2.2.0
+components:
+  - name: development-environment
+    container:
+      image: {BUSYBOX_IMAGE}
+      command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 3600 & wait $!; done"]
+"""
 
 
 def workspaces_url_line() -> str:
