@@ -31,6 +31,7 @@ import pytest
 from tests.fixtures.k8s import Kubectl, cluster_assets
 from tests.fixtures.system import TETHER
 from tests.support.polling import poll_sync
+from tether.devenv.oci import WORKSPACE_IMAGE
 from tether.devenv.process import pid_alive
 from tether.devenv.up import HUB_PORT, KAS_PORTS
 
@@ -192,6 +193,8 @@ def test_printed_workspace_create_runs_then_a_restart_marks_it_lost_and_keeps_th
     pods = json.loads(admin.run("-n", ns, "get", "pods", "-o", "json").stdout)["items"]
     running = [p for p in pods if p["status"].get("phase") == "Running"]
     assert running and running[0]["spec"]["nodeName"] == "real-node-0", pods
+    # The default devfile, with the image the node has (the hub's default_devfile_image, set by tether up).
+    assert running[0]["spec"]["containers"][0]["image"] == WORKSPACE_IMAGE
     admin.run("-n", ns, "exec", running[0]["metadata"]["name"], "--", "sh", "-c", "echo kept > /projects/work.txt")
 
     # The user edits the agent configuration; the next start must keep it as written.

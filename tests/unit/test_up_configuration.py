@@ -1,14 +1,19 @@
 """`tether up` completes its demo agent's configuration and never replaces it (issue 23 item 1).
 
 Before, every start rewrote the configuration with `user_access` alone: a second `make up` dropped the
-`remote_development` section, so workspaces were switched off again and the user's edits lost.
+`remote_development` section, so workspaces were switched off again and the user's edits lost. And the
+default devfile's image, which its node cannot pull, is replaced by one it has (the hub's setting).
 """
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
+from tether.devenv.oci import WORKSPACE_IMAGE
 from tether.devenv.up import WORKSPACES_DNS_ZONE, demo_configuration
+from tether.hub.config import ConfigError, load_config
+from tether.modules.remote_development.devfile import DEFAULT_DEVFILE, default_devfile, parse_devfile
 
 
 def test_a_first_start_enables_workspaces_and_user_access() -> None:
@@ -47,3 +52,16 @@ def test_a_flow_style_mapping_is_completed_as_a_whole_document() -> None:
 def test_a_file_that_is_not_a_mapping_is_left_alone() -> None:
     assert demo_configuration("- a list\n", "p/q") is None
     assert demo_configuration("key: [unclosed\n", "p/q") is None
+
+
+def test_the_hub_default_devfile_takes_the_configured_image_quoted() -> None:
+    config = load_config(None, environ={"TETHER_HUB_WORKSPACES_DEFAULT_DEVFILE_IMAGE": WORKSPACE_IMAGE})
+    devfile = parse_devfile(config.workspaces.default_devfile)
+    assert [c.image for c in devfile.containers] == [WORKSPACE_IMAGE]
+    assert load_config(None, environ={}).workspaces.default_devfile == DEFAULT_DEVFILE
+    assert default_devfile("") == DEFAULT_DEVFILE
+
+
+def test_an_image_that_would_change_the_devfile_is_refused() -> None:
+    with pytest.raises(ConfigError, match="default_devfile_image"):
+        load_config(None, environ={"TETHER_HUB_WORKSPACES_DEFAULT_DEVFILE_IMAGE": "x\n    command: [evil]"})

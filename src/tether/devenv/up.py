@@ -40,7 +40,7 @@ from tether.devenv import node_build, pki
 from tether.devenv.cluster import LocalCluster, stop_recorded, write_kubeconfig
 from tether.devenv.commands import console, ensure_binaries
 from tether.devenv.front_proxy import FrontProxyParameters, haproxy_binary, start_front_proxy
-from tether.devenv.oci import BUSYBOX_IMAGE
+from tether.devenv.oci import BUSYBOX_IMAGE, WORKSPACE_IMAGE
 from tether.devenv.process import EnvironmentProblem, ManagedProcess, ensure_port_free
 from tether.devenv.up_agent import install_agentk
 from tether.tool.secrets import write_base64_secret
@@ -400,6 +400,9 @@ async def bring_up(options: UpOptions, progress: Progress, running: Running) -> 
         # On, so that an upstream kas pointed at this hub serves agents their configuration (docs/interop.md).
         TETHER_HUB_GITALY_LISTEN=f"127.0.0.1:{GITALY_PORT}",
     )
+    if options.agentk_in_cluster:
+        # The node reaches no registry: the default devfile runs the node's local workspace image instead.
+        hub_env["TETHER_HUB_WORKSPACES_DEFAULT_DEVFILE_IMAGE"] = WORKSPACE_IMAGE
     hub_base = [TETHER, "hub", "--data-dir", str(state / "hub")]
     progress("starting the hub (SQLite)")
     hub = _start("hub", [*hub_base, "serve", "--listen", f"127.0.0.1:{HUB_PORT}"], logs, hub_env)
@@ -467,8 +470,6 @@ async def bring_up(options: UpOptions, progress: Progress, running: Running) -> 
         await _http_ready(f"http://127.0.0.1:{AGENTK_OBSERVABILITY_PORT}/readiness", agentk)
         agentk_line = f"a process on the host, log {logs / 'agentk.log'}"
 
-    devfile = state / "devfile.yaml"
-    devfile.write_text(demo_devfile())
     proxy_kubeconfig = state / "kubeconfig"
     proxy_url = f"https://127.0.0.1:{KAS_PORTS['k8s_proxy']}/k8s-proxy/"
     write_kubeconfig(proxy_kubeconfig, proxy_url, f"pat:{agent_id}:{admin_token}", proxy_tls.ca_cert, name="tether")
@@ -489,8 +490,7 @@ async def bring_up(options: UpOptions, progress: Progress, running: Running) -> 
         "agentk": agentk_line,
         "workspace": (
             f"TETHER_HUB_URL={hub_url} TETHER_PAT=$(cat {shlex.quote(str(admin_file))}) "
-            f"tether workspace create --agent {agent_id} --project {project_id} "
-            f"--devfile {shlex.quote(str(devfile))} --wait"
+            f"tether workspace create --agent {agent_id} --project {project_id} --wait"
         ),
         "workspaces": workspaces_url_line(),
         # glab keeps a cluster entry's other fields when it rewrites the server, so this survives re-runs.
@@ -502,22 +502,6 @@ async def bring_up(options: UpOptions, progress: Progress, running: Running) -> 
         "logs": str(logs),
     }
     return lines
-
-
-def demo_devfile() -> str:
-    """The devfile ``tether up`` writes for its printed ``tether workspace create``: an image the node has.
-
-    The default devfile's image (GitLab's workspace base image) needs a registry, which these machines do not
-    reach; this one runs the node's local busybox image until stopped, with the workspace's volume on
-    ``/projects`` as any workspace has.
-    """
-    return f"""schemaVersion: 2.2.0
-components:
-  - name: development-environment
-    container:
-      image: {BUSYBOX_IMAGE}
-      command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 3600 & wait $!; done"]
-"""
 
 
 def workspaces_url_line() -> str:
@@ -616,4 +600,5 @@ def up(replicas: int, redis_url: str | None, state_dir: Path | None, front_proxy
             click.echo(f"{label + ':':28s} {value}")
         click.echo("\nPress Ctrl-C to stop.")
 
-    run_up(options, lambda line: console.print(f"[dim]{escape(line)}[/dim]"), show)
+    # soft_wrap: a long line (a path) stays one line in a log, as scripts and tests read it.
+    run_up(options, lambda line: console.print(f"[dim]{escape(line)}[/dim]", soft_wrap=True), show)
