@@ -42,7 +42,8 @@ def test_tether_up_then_kubectl_through_kas_then_ctrl_c(
         args += ["--front-proxy"]
     up = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
-        deadline = time.monotonic() + 120
+        # Generous: a fresh hub alone took 44 s to answer (migrations) with the machine at load 23.
+        deadline = time.monotonic() + 300
         while "Press Ctrl-C to stop." not in (tmp_path / "up.log").read_text():
             assert up.poll() is None, (tmp_path / "up.log").read_text()
             assert time.monotonic() < deadline, (tmp_path / "up.log").read_text()

@@ -313,12 +313,14 @@ async def _start_cluster(options: UpOptions, progress: Progress, running: Runnin
             )
         if node_build.cache_problem() is not None:
             progress("the real node's binaries are not built yet; building them once for this machine")
-            await asyncio.to_thread(node_build.build, progress=progress)
+            node_build.build(progress=progress)
     cluster_dir = options.state_dir / "cluster"
     kept = _set_aside_volumes(cluster_dir, options.state_dir, progress)
     progress("starting the local Kubernetes cluster" + (" with a real node" if real else " (kwok nodes only)"))
     running.cluster = LocalCluster(cluster_dir, nodes=0 if real else 1, real_nodes=1 if real else 0, progress=progress)
-    await asyncio.to_thread(running.cluster.start)
+    # In the event loop's thread on purpose: Ctrl-C is handled once start returns, so the clean-up never
+    # races a half-made node (its namespace, mounts and rules are recorded as they are made).
+    running.cluster.start()
     return kept
 
 
