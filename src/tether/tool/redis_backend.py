@@ -17,7 +17,7 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import RedisError, WatchError
 
 from tether.tool.backoff import Backoff
-from tether.tool.expiring_hash import GC_ATTEMPTS, GcHook, expired_fields
+from tether.tool.expiring_hash import GC_ATTEMPTS, GcHook, NotReplicated, expired_fields
 from tether.tool.redis_pool import RedisTarget, blocking_pool, close_client
 
 _log = logging.getLogger(__name__)
@@ -150,6 +150,33 @@ class RedisBackend:
                 pipe.hset(key, mapping={_field_bytes(name): value for name, value in fields.items()})
                 pipe.pexpire(key, ttl_ms)
             await pipe.execute()
+
+    async def set_fields_replicated(
+        self, writes: Sequence[tuple[bytes, Mapping[str, bytes]]], ttl_s: float, timeout_s: float
+    ) -> None:
+        """``ROLE`` for the replicas connected now, then one pipeline ``(HSET; PEXPIRE)*; WAIT n timeout``.
+
+        ``WAIT`` counts the writes of its own connection, so the writes and ``WAIT`` go in one pipeline (one
+        connection; a retried pipeline re-sends all of it). Without replicas there is nothing to wait for: no
+        replica can be promoted with the write missing.
+
+        Raises:
+            NotReplicated: fewer than the replicas connected at the start acknowledged within ``timeout_s``.
+        """
+        role = await self._client.role()
+        replicas = len(role[2]) if role and role[0] in (b"master", "master") else 0
+        ttl_ms = max(1, round(ttl_s * 1000))
+        async with self._client.pipeline(transaction=False) as pipe:
+            for key, fields in writes:
+                if not fields:
+                    continue
+                pipe.hset(key, mapping={_field_bytes(name): value for name, value in fields.items()})
+                pipe.pexpire(key, ttl_ms)
+            if replicas:
+                pipe.wait(replicas, max(1, round(timeout_s * 1000)))
+            results = await pipe.execute()
+        if replicas and int(results[-1]) < replicas:
+            raise NotReplicated(f"{results[-1]} of {replicas} replicas acknowledged within {timeout_s:g} s")
 
     async def delete_fields(self, key: bytes, fields: Sequence[str]) -> None:
         """``HDEL key field...``."""
