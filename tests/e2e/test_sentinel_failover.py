@@ -173,6 +173,7 @@ async def test_sentinel_failover_under_load(system: System, kas_hub: RealHub, bu
         "requests": len(outcomes),
         "failed_requests": len(failed),
         "failed_before_kill": sum(o.ended < killed_at for o in failed),
+        "failed_by_pair": {t: sum(o.target == t for o in failed) for t in sorted({o.target for o in failed})},
         "sentinel_new_master_s": round(failover_s, 2),
         "recovery_s": round(recovery_s, 2),
         "kas_part_s": round(max(0.0, recovery_s - failover_s), 2),
