@@ -264,7 +264,10 @@ async def run(count: int, calls: int) -> dict[str, tuple[float, str]]:
     load_after = os.getloadavg()
     if any(sim.ended is None for sim in sims):  # a simulator that did not finish its count: 0 would be a guess
         raise RuntimeError("an agent simulator exited without its re-open count")
-    reopens = {key: value for sim in sims for key, value in (sim.ended or {}).items()}
+    reopens: dict[str, int] = {}
+    for sim in sims:
+        for key, value in (sim.ended or {}).items():
+            reopens[key] = reopens.get(key, 0) + value
     print(f"stream re-opens: {reopens}; connected_agents_count: {agents_seen:.0f}")
     figures: dict[str, tuple[float, str]] = {
         "kas3_10000_agents_connect_seconds": (connected_s, "s"),
