@@ -21,7 +21,8 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -41,7 +42,7 @@ from tether.kas.token_revocation import (
 from tether.modserver.agent_auth import AgentAuthenticator, AgentAuthInterceptor
 from tether.modserver.agent_tracker import AgentTracker
 from tether.modserver.api import ServerApi, ServerModuleFactory
-from tether.modserver.config import KasConfig, ListenCF
+from tether.modserver.config import KasConfig, ListenCF, sentinel_host_port
 from tether.modserver.gitlab_client import GitlabClient
 from tether.modshared.module import Module, ModuleStartError
 from tether.modshared.supervisor import ModuleSupervisor
@@ -67,6 +68,9 @@ from tether.tunnel.server.notifier import TunnelNotifier
 from tether.tunnel.server.registry import TunnelRegistry
 from tether.tunnel.server.router import Router, RoutingOptions
 from tether.tunnel.server.tracker import TunnelTracker
+
+if TYPE_CHECKING:
+    from tether.tool.redis_pool import RedisTarget
 
 log = logging.getLogger(__name__)
 
@@ -97,15 +101,14 @@ def own_private_api_url(config: KasConfig) -> str:
     return f"{scheme}://{host}:{port}"
 
 
-def _redis_backend(config: KasConfig) -> HashBackend:
-    url = _redis_url(config)
-    if url is None or config.redis is None:
+def _redis_backend(config: KasConfig, target: RedisTarget | None) -> HashBackend:
+    if target is None or config.redis is None:
         return MemoryBackend()
     from tether.tool.redis_backend import RedisBackend  # noqa: PLC0415 (redis-py only when configured)
 
     cfg = config.redis
-    return RedisBackend.from_url(
-        url,
+    return RedisBackend.connect(
+        target,
         dial_timeout_s=cfg.dial_timeout,
         write_timeout_s=cfg.write_timeout,
         pool_size=cfg.pool_size,
@@ -113,19 +116,46 @@ def _redis_backend(config: KasConfig) -> HashBackend:
     )
 
 
-def _redis_url(config: KasConfig) -> str | None:
-    if config.redis is None:
-        return None
+def _read_password(path: Path, what: str) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError as exc:
+        raise KasStartError(f"{what} {path} cannot be read: {exc.strerror}") from exc
+
+
+def redis_target(config: KasConfig) -> RedisTarget | None:
+    """Where this kas' Redis is, from the ``redis`` section (kas.md §3.1); None without one (memory state).
+
+    Raises:
+        KasStartError: a password file cannot be read.
+    """
     cfg = config.redis
-    auth = ""
-    if cfg.password_file is not None:
-        password = cfg.password_file.read_text().strip()
-        auth = f"{cfg.username or ''}:{password}@"
-    elif cfg.username:
-        auth = f"{cfg.username}@"
+    if cfg is None:
+        return None
+    from tether.tool.redis_pool import RedisTarget, SentinelMaster, TlsFiles  # noqa: PLC0415 (redis-py when configured)
+
+    password = _read_password(cfg.password_file, "redis.password_file") if cfg.password_file else None
+    tls = None
+    if cfg.tls.enabled:
+        tls = TlsFiles(cfg.tls.ca_certificate_file, cfg.tls.certificate_file, cfg.tls.key_file)
+    if cfg.sentinel is not None:
+        sentinel_password = None
+        if cfg.sentinel.sentinel_password_file is not None:
+            sentinel_password = _read_password(
+                cfg.sentinel.sentinel_password_file, "redis.sentinel.sentinel_password_file"
+            )
+        master = SentinelMaster(
+            cfg.sentinel.master_name,
+            tuple(sentinel_host_port(address) for address in cfg.sentinel.addresses),
+            sentinel_password,
+        )
+        return RedisTarget(sentinel=master, username=cfg.username, password=password, db=cfg.database_index, tls=tls)
+    assert cfg.server is not None
     if cfg.network == "unix":
-        return f"unix://{auth}{cfg.server.address}?db={cfg.database_index}"
-    return f"redis://{auth}{cfg.server.address}/{cfg.database_index}"
+        url = f"unix://{cfg.server.address}?db={cfg.database_index}"
+    else:
+        url = f"{'rediss' if tls else 'redis'}://{cfg.server.address}/{cfg.database_index}"
+    return RedisTarget(url=url, username=cfg.username, password=password, tls=tls)
 
 
 def _server_options(max_connection_age_s: float, max_message_size: int) -> list[tuple[str, Any]]:
@@ -197,11 +227,10 @@ class KasApp:
         agent = config.agent
         self.own_url = own_private_api_url(config)
         set_process_fields(kas_url=self.own_url)
-        self.backend = _redis_backend(config)
+        target = redis_target(config)
+        self.backend = _redis_backend(config, target)
         pool = (config.redis.pool_size, config.redis.pool_timeout) if config.redis else (100, 5.0)
-        self.rate_limiter = RateLimiter(
-            _redis_url(config), f"{prefix}:rate_limit", pool_size=pool[0], pool_timeout_s=pool[1]
-        )
+        self.rate_limiter = RateLimiter(target, f"{prefix}:rate_limit", pool_size=pool[0], pool_timeout_s=pool[1])
         self.events = EventBus(self.backend, prefix)
         self.tunnel_tracker = TunnelTracker(
             self.backend,
