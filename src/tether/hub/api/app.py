@@ -79,7 +79,7 @@ def create_app(config: HubConfig, gitlab_secret: bytes) -> FastAPI:
                 db=db,
                 gitlab_secret=gitlab_secret,
                 kas=kas,
-                throttle=FailedAuthThrottle(config.security.failed_auth_per_source_per_minute),
+                throttle=FailedAuthThrottle(db, config.security.failed_auth_per_source_per_minute),
                 token_uses=token_uses,
                 gitaly_token=token,
             )

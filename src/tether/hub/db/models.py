@@ -6,11 +6,13 @@ from tether.hub.db.agents import AgentConfiguration, ClusterAgent, ClusterAgentT
 from tether.hub.db.base import Base
 from tether.hub.db.namespaces import GroupMember, Namespace, Project, ProjectMember
 from tether.hub.db.sessions import UserSession
+from tether.hub.db.throttle import AuthFailureCount
 from tether.hub.db.users import PersonalAccessToken, User
 from tether.hub.db.workspaces import Workspace, WorkspacesAgentConfig
 
 __all__ = [
     "AgentConfiguration",
+    "AuthFailureCount",
     "Base",
     "ClusterAgent",
     "ClusterAgentToken",
