@@ -16,9 +16,10 @@ from tether.hub.db.models import Base
 
 #: 0004 adds the failed-authentication counts that hub replicas share (not in the fixtures' snapshot: a
 #: refused request counts there).
-TABLES = set(ALL_TABLES) | {"auth_failure_counts"}
+REPLICA_TABLES = {"auth_failure_counts", "pending_revocations"}
+TABLES = set(ALL_TABLES) | REPLICA_TABLES
 #: What revision 0001 creates; 0002 adds the browser sessions.
-TABLES_0001 = TABLES - {"user_sessions", "workspaces", "workspaces_agent_configs", "auth_failure_counts"}
+TABLES_0001 = TABLES - {"user_sessions", "workspaces", "workspaces_agent_configs"} - REPLICA_TABLES
 #: 0003 adds the workspaces.
 TABLES_0002 = TABLES_0001 | {"user_sessions"}
 

@@ -218,6 +218,9 @@ async def get(session: AsyncSession, principal: Principal, workspace_id: int, lo
     """A workspace the principal may see (its owner, or an administrator).
 
     Args:
+        session: open transaction.
+        principal: who asks.
+        workspace_id: the workspace's id.
         lock: lock the row until the transaction ends (``FOR UPDATE`` on PostgreSQL), to change it.
 
     Raises:
