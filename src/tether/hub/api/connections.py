@@ -69,7 +69,9 @@ async def announce_revoked_tokens(
 
     def done(task: asyncio.Task[bool]) -> None:
         if not task.cancelled():  # cancelled: this hub stops, and a sweep delivers it
-            _background.add(asyncio.get_running_loop().create_task(forget(state.db, revocation_id)))
+            deletion = asyncio.get_running_loop().create_task(forget(state.db, revocation_id))
+            _background.add(deletion)
+            deletion.add_done_callback(_background.discard)
 
     delivery.add_done_callback(done)
 

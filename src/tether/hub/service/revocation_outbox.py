@@ -49,9 +49,12 @@ def add(session: AsyncSession, agent_id: int, digests_hex: list[str]) -> Pending
 
 
 async def forget(db: Database, revocation_id: int) -> None:
-    """Delete a revocation a kas acknowledged (or that was given up)."""
-    async with db.transaction() as session:
-        await session.execute(delete(PendingRevocation).where(PendingRevocation.id == revocation_id))
+    """Delete a revocation a kas acknowledged (or that was given up); if that fails, a sweep delivers it again."""
+    try:
+        async with db.transaction() as session:
+            await session.execute(delete(PendingRevocation).where(PendingRevocation.id == revocation_id))
+    except Exception:  # harmless: kas applies a revocation twice without effect
+        log.warning("revocation %d was delivered but stays pending: a sweep delivers it again", revocation_id)
 
 
 class RevocationSweeper:
@@ -84,9 +87,13 @@ class RevocationSweeper:
                 log.exception("sweeping the revocations not yet delivered to kas failed")
 
     async def sweep(self) -> int:
-        """Try each due revocation once; returns how many were acknowledged."""
+        """Try each due revocation once; returns how many were acknowledged.
+
+        The due rows are claimed first in a short transaction (their ``next_attempt_at`` moved ``RETRY_S`` on,
+        past rows another replica has locked), so no transaction stays open while kas is called: on SQLite
+        that would hold the one write lock for every call.
+        """
         now = utcnow()
-        delivered = 0
         async with self._db.transaction() as session:
             rows = list(
                 await session.scalars(
@@ -98,26 +105,25 @@ class RevocationSweeper:
                 )
             )
             for row in rows:
-                digests = row.token_digests.split(",")
-                try:
-                    await self._kas.revoke_agent_tokens(row.agent_id, digests, self._timeout_s)
-                except grpc.aio.AioRpcError as exc:
-                    too_old = (now - row.created_at).total_seconds() > REVOCATION_RETRY_FOR_S
-                    if exc.code() in FINAL_CODES or too_old:
-                        log.error(
-                            "kas api: revocation %d of agent %d given up: %s; kas refuses the tokens once its "
-                            "cached answers expire (agent.info_cache_ttl)",
-                            row.id,
-                            row.agent_id,
-                            exc.code().name,
-                        )
-                        await session.delete(row)
-                    else:
-                        row.next_attempt_at = utcnow() + timedelta(seconds=RETRY_S)
-                    continue
+                row.next_attempt_at = now + timedelta(seconds=RETRY_S)
+        delivered = 0
+        for row in rows:
+            try:
+                await self._kas.revoke_agent_tokens(row.agent_id, row.token_digests.split(","), self._timeout_s)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() not in FINAL_CODES and (now - row.created_at).total_seconds() < REVOCATION_RETRY_FOR_S:
+                    continue  # claimed until its next attempt
+                log.error(
+                    "kas api: revocation %d of agent %d given up: %s; kas refuses the tokens once its cached "
+                    "answers expire (agent.info_cache_ttl)",
+                    row.id,
+                    row.agent_id,
+                    exc.code().name,
+                )
+            else:
                 log.info("kas api: revocation %d of agent %d's tokens delivered by a sweep", row.id, row.agent_id)
-                await session.delete(row)
                 delivered += 1
+            await forget(self._db, row.id)
         return delivered
 
     async def close(self) -> None:
