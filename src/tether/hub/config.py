@@ -181,7 +181,7 @@ class SecurityCF(_Section):
 
     Attributes:
         failed_auth_per_source_per_minute: failed sign-ins and unknown tokens per client address and minute
-            before that address gets 429 (counted per hub process); 0 turns the throttle off. Behind a proxy
+            before that address gets 429 (counted in the database, across replicas); 0 turns it off. Behind a proxy
             every client shares its address unless the proxy is listed in ``trusted_proxies``.
         trusted_proxies: addresses or networks (``10.0.0.5``, ``10.0.0.0/8``, ``::1``) of the reverse proxies
             in front of the hub. Only a connection from one of them may name the client in

@@ -39,7 +39,9 @@ _JWT_LIFETIME_S = 60.0
 #: re-validation after that (``agent.token_revalidation_period``).
 REVOCATION_RETRY_FOR_S = 900.0
 #: Answers that no retry can change: the call itself is wrong.
-_FINAL = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.UNIMPLEMENTED})
+FINAL_CODES = frozenset(
+    {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.UNIMPLEMENTED}
+)
 
 
 def client_for(config: HubConfig) -> KasApiClient | None:
@@ -157,7 +159,7 @@ class KasApiClient:
                 await self.revoke_agent_tokens(agent_id, digests_hex, timeout_s)
             except grpc.aio.AioRpcError as exc:
                 delay = backoff.next_delay()
-                if exc.code() in _FINAL or time.monotonic() + delay > give_up_at:
+                if exc.code() in FINAL_CODES or time.monotonic() + delay > give_up_at:
                     log.error(
                         "kas api: revocation of %d token(s) of agent %d not delivered after %d attempt(s): %s; "
                         "kas refuses them once its cached answers expire (agent.info_cache_ttl)",

@@ -42,6 +42,7 @@ from tether.hub.db.migrate import ensure_current
 from tether.hub.gitaly import GitalyServer
 from tether.hub.kas_client import client_for
 from tether.hub.secrets_file import gitaly_token
+from tether.hub.service.revocation_outbox import RevocationSweeper
 from tether.hub.service.token_use import TokenUseWriter
 from tether.hub.workspaces.graphql import router as graphql_router
 
@@ -66,9 +67,13 @@ def create_app(config: HubConfig, gitlab_secret: bytes) -> FastAPI:
         kas = None
         gitaly = None
         token_uses = TokenUseWriter(db)
+        sweeper = None
         try:
             await ensure_current(db.engine, config.database.auto_migrate)
             kas = client_for(config)
+            if kas is not None:
+                sweeper = RevocationSweeper(db, kas, config.kas.timeout)
+                sweeper.start()
             token = ""
             if config.gitaly.listen is not None:
                 token = gitaly_token(config)
@@ -79,13 +84,15 @@ def create_app(config: HubConfig, gitlab_secret: bytes) -> FastAPI:
                 db=db,
                 gitlab_secret=gitlab_secret,
                 kas=kas,
-                throttle=FailedAuthThrottle(config.security.failed_auth_per_source_per_minute),
+                throttle=FailedAuthThrottle(db, config.security.failed_auth_per_source_per_minute),
                 token_uses=token_uses,
                 gitaly_token=token,
             )
             log.info("hub ready on %s (database: %s)", config.listen, db.backend)
             yield
         finally:
+            if sweeper is not None:
+                await sweeper.close()
             await token_uses.close()
             if gitaly is not None:
                 await gitaly.stop()

@@ -6,13 +6,17 @@ says why, never a 500.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import UTC
 
 import grpc
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from tether.hub.api.schemas_out import ConnectionOut
 from tether.hub.api.state import HubState
+from tether.hub.service import revocation_outbox as outbox
+from tether.hub.service.revocation_outbox import forget
 from tether.pb.gitlab.agent.agent_tracker.agent_tracker_pb2 import ConnectedAgentInfo
 
 log = logging.getLogger(__name__)
@@ -46,16 +50,45 @@ async def agent_connections(state: HubState, agent_id: int) -> tuple[list[Connec
     return connections, None
 
 
-async def announce_revoked_tokens(state: HubState, agent_id: int, digests_hex: list[str]) -> None:
+async def announce_revoked_tokens(
+    state: HubState, agent_id: int, digests_hex: list[str], revocation_id: int | None = None
+) -> None:
     """Tell kas that these agent tokens were revoked, so every kas closes what they opened (issue 9 item 7).
 
     After the database change is committed; delivered in the background and retried until a kas acknowledges
     (issue 27 item 6), so the answer to the user does not wait for kas. Without ``kas.api_address`` kas still
-    refuses the tokens once its ``info_cache_ttl`` passes.
+    refuses the tokens once its ``info_cache_ttl`` passes. ``revocation_id`` is the revocation's row in
+    ``pending_revocations`` (:func:`record_revocation`): deleted once delivered or given up; left for another
+    replica's sweep if this one stops first (issue 26 item 2).
     """
     if state.kas is None or not digests_hex:
         return
-    state.kas.announce_revocation(agent_id, digests_hex, timeout_s=state.config.kas.timeout)
+    delivery = state.kas.announce_revocation(agent_id, digests_hex, timeout_s=state.config.kas.timeout)
+    if revocation_id is None:
+        return
+
+    def done(task: asyncio.Task[bool]) -> None:
+        if not task.cancelled():  # cancelled: this hub stops, and a sweep delivers it
+            deletion = asyncio.get_running_loop().create_task(forget(state.db, revocation_id))
+            _background.add(deletion)
+            deletion.add_done_callback(_background.discard)
+
+    delivery.add_done_callback(done)
+
+
+async def record_revocation(
+    session: AsyncSession, state: HubState, agent_id: int, digests_hex: list[str]
+) -> int | None:
+    """Write the revocation to deliver in the revoking transaction; its id, or None when there is no kas to tell."""
+    if state.kas is None or not digests_hex:
+        return None
+    row = outbox.add(session, agent_id, digests_hex)
+    await session.flush()
+    return row.id
+
+
+#: Deletions of delivered revocations under way (kept referenced until done).
+_background: set[asyncio.Task[None]] = set()
 
 
 async def announce_workspace_changes(state: HubState, names: list[str]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 
 from tether.hub.api.auth import Reader, Writer
-from tether.hub.api.connections import announce_revoked_tokens
+from tether.hub.api.connections import announce_revoked_tokens, record_revocation
 from tether.hub.api.deps import Paging, State, ref
 from tether.hub.api.pagination import fetch_page, set_headers
 from tether.hub.api.schemas_in import AgentTokenCreate
@@ -70,5 +70,6 @@ async def revoke_token(state: State, principal: Writer, project_id: str, agent_i
         token = await agents.get_token(session, agent, token_id)
         agents.revoke_token(token)
         digest = token.token_digest
-    await announce_revoked_tokens(state, agent_id, [digest])
+        pending = await record_revocation(session, state, agent_id, [digest])
+    await announce_revoked_tokens(state, agent_id, [digest], pending)
     return Response(status_code=204)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 
 from tether.hub.api.auth import Reader, Writer
-from tether.hub.api.connections import agent_connections, announce_revoked_tokens
+from tether.hub.api.connections import agent_connections, announce_revoked_tokens, record_revocation
 from tether.hub.api.deps import Paging, State, ref
 from tether.hub.api.pagination import fetch_page, set_headers
 from tether.hub.api.schemas_in import AgentCreate
@@ -61,5 +61,6 @@ async def delete_agent(state: State, principal: Writer, project_id: str, agent_i
         agent = await agents.get_agent(session, principal, project, agent_id, Role.MAINTAINER)
         digests = [t.token_digest for t in await session.scalars(agents.active_tokens_query(agent))]
         await agents.delete_agent(session, agent)
-    await announce_revoked_tokens(state, agent_id, digests)
+        pending = await record_revocation(session, state, agent_id, digests)
+    await announce_revoked_tokens(state, agent_id, digests, pending)
     return Response(status_code=204)

@@ -8,10 +8,14 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection
+from sqlalchemy import Connection, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+#: The PostgreSQL advisory lock (a bigint key) that migrating hubs take in turn: several replicas start together
+#: on one database (issue 26 item 2), and without it two ran the same ``CREATE TABLE`` and one failed to start.
+#: The value is arbitrary; it is fixed so that every hub version agrees on it.
+MIGRATION_LOCK_KEY = 0x7465746865726D67  # "tethermg"
 
 
 class SchemaNotCurrent(RuntimeError):
@@ -43,6 +47,7 @@ async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
     """
 
     def run(connection: Connection) -> None:
+        _serialize(connection)
         command.upgrade(alembic_config(connection), revision)
 
     async with engine.begin() as conn:
@@ -57,10 +62,21 @@ async def downgrade(engine: AsyncEngine, revision: str) -> None:
     """
 
     def run(connection: Connection) -> None:
+        _serialize(connection)
         command.downgrade(alembic_config(connection), revision)
 
     async with engine.begin() as conn:
         await conn.run_sync(run)
+
+
+def _serialize(connection: Connection) -> None:
+    """Wait for the migration lock on PostgreSQL; it is released when the caller's transaction ends.
+
+    The second hub then finds the schema at head and has nothing to do. SQLite serializes writers itself (one
+    file, one writer: only one hub uses it).
+    """
+    if connection.dialect.name == "postgresql":
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
 
 
 async def current_revision(engine: AsyncEngine) -> str | None:

@@ -10,7 +10,7 @@ import asyncio
 import logging
 from datetime import datetime
 
-from sqlalchemy import bindparam, update
+from sqlalchemy import bindparam, case, or_, update
 
 from tether.hub.db.agents import ClusterAgentToken
 from tether.hub.db.engine import Database
@@ -26,7 +26,9 @@ class TokenUseWriter:
     """Collects ``(token id, time)`` uses and writes them in one transaction ``delay_s`` after the first.
 
     Use inside a running event loop; :meth:`close` writes what is left. A failed write is logged and its uses
-    are dropped (``last_used_at`` is informative; the next use notes it again).
+    are dropped (``last_used_at`` is informative; the next use notes it again); so are the uses of a replica
+    killed within ``delay_s`` of them. A write never moves ``last_used_at`` back in time, so several replicas
+    writing uses of one token leave the newest.
 
     Args:
         db: the hub database.
@@ -62,10 +64,14 @@ class TokenUseWriter:
         task.add_done_callback(self._writes.discard)
 
     async def _write(self, uses: dict[int, datetime]) -> None:
+        # Only forwards: with several hub replicas (issue 26 item 2) each notes its own uses, and a batch written
+        # later may hold an older use than one another replica already wrote.
+        used_at = bindparam("used_at", type_=ClusterAgentToken.last_used_at.type)
+        column = ClusterAgentToken.last_used_at
         statement = (
             update(ClusterAgentToken)
             .where(ClusterAgentToken.id == bindparam("token_id"))
-            .values(last_used_at=bindparam("used_at"))
+            .values(last_used_at=case((or_(column.is_(None), column < used_at), used_at), else_=column))
         )
         rows = [{"token_id": token_id, "used_at": when} for token_id, when in uses.items()]
         try:

@@ -222,13 +222,19 @@ async def _check_user_limit(session: AsyncSession, user_id: int, limit: int) -> 
         )
 
 
-async def get(session: AsyncSession, principal: Principal, workspace_id: int) -> Workspace:
+async def get(session: AsyncSession, principal: Principal, workspace_id: int, lock: bool = False) -> Workspace:
     """A workspace the principal may see (its owner, or an administrator).
+
+    Args:
+        session: open transaction.
+        principal: who asks.
+        workspace_id: the workspace's id.
+        lock: lock the row until the transaction ends (``FOR UPDATE`` on PostgreSQL), to change it.
 
     Raises:
         NotFound: no such workspace, or someone else's.
     """
-    ws = await session.get(Workspace, workspace_id)
+    ws = await session.get(Workspace, workspace_id, with_for_update=lock)
     if ws is None or not (principal.admin or ws.user_id == principal.user_id):
         raise NotFound(NOT_FOUND)
     return ws
@@ -243,7 +249,8 @@ async def update(session: AsyncSession, principal: Principal, workspace_id: int,
     """
     if not principal.can_write:
         raise Forbidden("403 Forbidden - the token needs the api scope")
-    ws = await get(session, principal, workspace_id)
+    # Locked: a reconcile committing meanwhile (on any hub replica) may have terminated it (issue 26 item 2).
+    ws = await get(session, principal, workspace_id, lock=True)
     try:
         desired = parse_desired(desired_state)
     except ValueError as exc:

@@ -97,9 +97,15 @@ async def reconcile(
     version, current = await agent_settings.current(session, agent_id)
     both_terminated = and_(Workspace.desired_state == State.TERMINATED, Workspace.actual_state == State.TERMINATED)
     candidates = or_(~both_terminated, Workspace.name.in_(list(reported))) if reported else ~both_terminated
+    # FOR UPDATE (PostgreSQL; SQLite's one writer serializes anyway): a user's change to a workspace committed
+    # while this runs, on another hub replica or this one, would otherwise be overwritten by the state computed
+    # from the row read before it (issue 26 item 2). In id order, so two reconciles of one agent cannot deadlock.
     rows = list(
         await session.scalars(
-            select(Workspace).where(Workspace.cluster_agent_id == agent_id, candidates).order_by(Workspace.id)
+            select(Workspace)
+            .where(Workspace.cluster_agent_id == agent_id, candidates)
+            .order_by(Workspace.id)
+            .with_for_update()
         )
     )
     settings = await agent_settings.versions(session, agent_id, {ws.workspaces_agent_config_version for ws in rows})
