@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -197,3 +198,34 @@ async def test_a_revocation_from_the_command_line_reaches_kas(rig: Rig, bulk: Bu
     assert "kas acknowledged the revocation" in result.stdout, (result.stdout, result.stderr)
     waited = await seconds_until_refused(rig.kas2, token, began, 30)
     print(f"kas 2 refused the token {waited:.1f} s after the command started")
+
+
+async def test_a_revocation_the_command_line_could_not_deliver_is_delivered_by_the_hub(
+    rig: Rig, bulk: Bulk, tmp_path: Path
+) -> None:
+    """``token-revoke`` that reaches no kas within ``--wait`` records the revocation for the hub's servers: their
+    sweep delivers it, so kas 2 refuses the token within seconds, not when its cached answer (300 s) expires."""
+    token, path = await asyncio.to_thread(new_agent, rig.hub, "cli-late")
+    await connected(rig.system, rig.kas2, token, bulk, tmp_path)
+    with socket.socket() as closed:  # a port nothing listens on: the command's kas is away
+        closed.bind(("127.0.0.1", 0))
+        away = f"127.0.0.1:{closed.getsockname()[1]}"
+    config = tmp_path / "hub-cli.yaml"
+    settings = {
+        "data_dir": str(tmp_path),
+        "database": {"url": rig.hub.config.database_url},
+        "gitlab": {"authentication_secret_file": str(rig.hub.secret_file)},
+        "kas": {"api_address": away},
+    }
+    config.write_text(yaml.safe_dump(settings))
+    project_id, token_id = path.split("/")[2], path.rsplit("/", 1)[1]
+    argv = [TETHER, "hub", "--config", str(config), "agent", "token-revoke", project_id, "cli-late", token_id]
+    result = await asyncio.to_thread(
+        subprocess.run, [*argv, "--wait", "0"], capture_output=True, text=True, timeout=120, check=False
+    )
+    gave_up = time.monotonic()
+    assert result.returncode == 0, result.stderr
+    assert "the hub's servers deliver it" in result.stderr, (result.stdout, result.stderr)
+    # A sweep every 5 s, then kas 2's re-validation period: far below the 300 s a missed revocation takes.
+    waited = await seconds_until_refused(rig.kas2, token, gave_up, 60)
+    print(f"kas 2 refused the token {waited:.1f} s after the command gave up")

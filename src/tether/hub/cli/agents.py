@@ -11,14 +11,18 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from tether.hub.cli.common import err_console, in_transaction, print_secret, print_table, run
 from tether.hub.cli.context import HubContext, pass_hub
 from tether.hub.db.agents import ClusterAgent, ClusterAgentToken
+from tether.hub.db.engine import Database
 from tether.hub.errors import NotFound
 from tether.hub.service import agents
+from tether.hub.service import revocation_outbox as outbox
 from tether.hub.service.paths import find_project
 from tether.hub.service.principal import Principal
 from tether.hub.workspaces.lost import mark_lost
 
-#: Seconds ``token-revoke`` keeps trying to reach a kas before it leaves the token to kas' re-validation.
+#: Seconds ``token-revoke`` keeps trying to reach a kas by default before it hands the revocation to the hubs.
 _CLI_DELIVERY_S = 60.0
+#: Seconds past ``--wait`` before the hubs' sweeps may try a revocation the command is still delivering.
+_LEASE_MARGIN_S = 30.0
 
 
 async def _agent(session: AsyncSession, op: Principal, project_ref: str, name: str) -> ClusterAgent:
@@ -102,46 +106,72 @@ def agent_token_list(hub: HubContext, project: str, name: str) -> None:
 @click.argument("project")
 @click.argument("name")
 @click.argument("token_id", type=int)
+@click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(min=0),
+    default=_CLI_DELIVERY_S,
+    show_default=True,
+    help="Seconds to keep trying to reach a kas; after that the running hubs deliver the revocation.",
+)
 @pass_hub
-def agent_token_revoke(hub: HubContext, project: str, name: str, token_id: int) -> None:
-    """Revoke token TOKEN_ID of agent NAME of PROJECT."""
+def agent_token_revoke(hub: HubContext, project: str, name: str, token_id: int, wait_s: float) -> None:
+    """Revoke token TOKEN_ID of agent NAME of PROJECT, and tell kas so every kas refuses it at once.
 
-    async def work(session: AsyncSession, op: Principal) -> tuple[int, str]:
+    The revocation is recorded with the token (issue 26 item 2): if this command cannot reach a kas within
+    --wait seconds, the hub's servers deliver it (they sweep undelivered revocations every few seconds).
+    """
+    tell_kas = hub.config().kas.api_address is not None
+
+    async def work(session: AsyncSession, op: Principal) -> tuple[int, str, int | None]:
         token = await agents.get_token(session, await _agent(session, op, project, name), token_id)
         agents.revoke_token(token)
-        return token.agent_id, token.token_digest
+        if not tell_kas:
+            return token.agent_id, token.token_digest, None
+        row = outbox.add(session, token.agent_id, [token.token_digest], lease_s=wait_s + _LEASE_MARGIN_S)
+        await session.flush()
+        return token.agent_id, token.token_digest, row.id
 
-    agent_id, digest = in_transaction(hub, work)
+    agent_id, digest, pending = in_transaction(hub, work)
     click.echo(f"agent token {token_id} revoked")
-    _tell_kas(hub, agent_id, digest)
+    _tell_kas(hub, agent_id, digest, pending, wait_s)
 
 
-def _tell_kas(hub: HubContext, agent_id: int, digest: str) -> None:
-    """Deliver the revocation to kas as the server does (issue 27 item 6), waiting for at most a minute here.
+def _tell_kas(hub: HubContext, agent_id: int, digest: str, pending: int | None, wait_s: float) -> None:
+    """Deliver the revocation to kas as the server does (issue 27 item 6), waiting for at most ``wait_s`` here.
 
-    Without ``kas.api_address``, or if no kas acknowledges in time, every kas still refuses the token once its
-    cached answer expires (``agent.info_cache_ttl``) and its next re-validation runs; the message says so.
+    Without ``kas.api_address`` every kas still refuses the token once its cached answer expires
+    (``agent.info_cache_ttl``) and its next re-validation runs; if no kas acknowledges in time, the recorded
+    revocation (``pending``) is handed to the hubs' sweeps. The message says which.
     """
     from tether.hub.kas_client import client_for  # noqa: PLC0415 - grpc only for this command
 
     config = hub.config()
-    later = "kas refuses it once its cached answer expires (agent.info_cache_ttl, 5 min by default)"
-    if config.kas.api_address is None:
+    if pending is None:
+        later = "kas refuses it once its cached answer expires (agent.info_cache_ttl, 5 min by default)"
         click.echo(f"kas.api_address is not set: {later}", err=True)
         return
 
     async def deliver() -> bool:
         client = client_for(config)  # a grpc.aio channel belongs to the loop it is made in
         assert client is not None
+        db = Database(config.database_url)
         try:
-            return await client.deliver_revocation(agent_id, [digest], config.kas.timeout, _CLI_DELIVERY_S)
+            delivered = await client.deliver_revocation(agent_id, [digest], config.kas.timeout, wait_s)
+            await (outbox.forget(db, pending) if delivered else outbox.hand_over(db, pending))
+            return delivered
         finally:
             await client.close()
+            await db.close()
 
     if run(deliver()):
         click.echo("kas acknowledged the revocation: every kas refuses the token now")
     else:
-        click.echo(f"no kas acknowledged the revocation within {_CLI_DELIVERY_S:g} s: {later}", err=True)
+        click.echo(
+            f"no kas acknowledged the revocation within {wait_s:g} s: the hub's servers deliver it "
+            "(a sweep every few seconds), and kas refuses the token once its cached answer expires in any case",
+            err=True,
+        )
 
 
 @agent_group.command("config-set")

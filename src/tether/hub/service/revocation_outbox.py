@@ -35,17 +35,32 @@ RETRY_S = 30.0
 SWEEP_BATCH = 10
 
 
-def add(session: AsyncSession, agent_id: int, digests_hex: list[str]) -> PendingRevocation:
-    """Record a revocation to deliver, in the caller's transaction (the one that revokes the tokens)."""
+def add(session: AsyncSession, agent_id: int, digests_hex: list[str], lease_s: float = LEASE_S) -> PendingRevocation:
+    """Record a revocation to deliver, in the caller's transaction (the one that revokes the tokens).
+
+    Args:
+        session: the revoking transaction.
+        agent_id: the tokens' agent.
+        digests_hex: the tokens' SHA-256 digests, lowercase hex.
+        lease_s: seconds the caller delivers it alone before the hubs' sweeps try it too.
+    """
     now = utcnow()
     row = PendingRevocation(
         agent_id=agent_id,
         token_digests=",".join(digests_hex),
         created_at=now,
-        next_attempt_at=now + timedelta(seconds=LEASE_S),
+        next_attempt_at=now + timedelta(seconds=lease_s),
     )
     session.add(row)
     return row
+
+
+async def hand_over(db: Database, revocation_id: int) -> None:
+    """Let the hubs' sweeps deliver a revocation now: its caller gave up (``tether hub agent token-revoke``)."""
+    async with db.transaction() as session:
+        row = await session.get(PendingRevocation, revocation_id)
+        if row is not None:
+            row.next_attempt_at = utcnow()
 
 
 async def forget(db: Database, revocation_id: int) -> None:
