@@ -32,7 +32,7 @@ def installation(real_node_cluster: ClusterInfo, kubectl: Kubectl, tmp_path: Pat
     """Both releases installed on the real node; whatever the test left is removed afterwards."""
     helm = None
     try:
-        inst = hd.install(real_node_cluster, kubectl, tmp_path / "deploy")
+        inst = hd.install(real_node_cluster, kubectl, tmp_path / "deploy", progress=print)
         helm = inst.helm
         yield inst
     finally:
@@ -130,7 +130,10 @@ async def test_helm_install_runs_tether_on_real_pods_and_uninstall_leaves_nothin
     for namespace, expected in ((hd.AGENT_NS, []), (hd.SERVER_NS, kept)):
         try:
             await asyncio.to_thread(
-                hd.wait_until, lambda: hd.leftovers(inst, namespace) == expected, 180, f"{namespace} to settle"
+                hd.wait_until,
+                lambda ns=namespace, want=expected: hd.leftovers(inst, ns) == want,
+                180,
+                f"{namespace} to settle",
             )
         except AssertionError:
             pytest.fail(f"helm uninstall left in {namespace}: {hd.leftovers(inst, namespace)} (expected {expected})")

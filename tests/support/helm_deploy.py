@@ -26,6 +26,7 @@ import ssl
 import subprocess
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,7 +120,10 @@ def prepare_images(info: ClusterInfo, directory: Path, progress: Progress = _qui
     built = build_images(progress=progress)
     redis = directory / "redis.oci.tar"
     write_redis_image(redis)
-    import_archives(info.real_nodes, [image.archive for image in built] + [redis])
+    archives = [image.archive for image in built] + [redis]
+    # One `ctr images import` per archive at once: each mostly waits on unpacking its layer.
+    with ThreadPoolExecutor(len(archives)) as pool:
+        list(pool.map(lambda archive: import_archives(info.real_nodes, [archive]), archives))
 
 
 @dataclass
@@ -315,16 +319,17 @@ def install(info: ClusterInfo, admin: Kubectl, directory: Path, progress: Progre
     directory.mkdir(parents=True, exist_ok=True)
     node_ip = NodeNet.from_json(info.real_nodes["nodes"][0]["net"]).node_address
     inst = Installation(admin, Helm(admin.kubeconfig, directory / "helm"), directory, node_ip)
-    for step in (
-        lambda: prepare_images(info, directory, progress),
-        lambda: install_server(inst),
-        lambda: register_agent(inst),
-        lambda: install_agent(inst),
-        lambda: grant_namespace(inst, WORK_NS),
-    ):
+    steps: list[tuple[str, Callable[[], None]]] = [
+        ("images built and imported", lambda: prepare_images(info, directory, progress)),
+        ("helm install tether", lambda: install_server(inst)),
+        ("agent registered in the hub", lambda: register_agent(inst)),
+        ("helm install tether-agent, agentk Ready", lambda: install_agent(inst)),
+        ("work namespace for the hub user", lambda: grant_namespace(inst, WORK_NS)),
+    ]
+    for what, step in steps:
         began = time.monotonic()
         step()
-        progress(f"  step done in {time.monotonic() - began:.1f}s")
+        progress(f"{what}: {time.monotonic() - began:.1f}s")
     return inst
 
 
@@ -409,18 +414,21 @@ class Load:
 
 
 def roll_out(inst: Installation, generation: str) -> None:
-    """``helm upgrade`` both releases with a changed pod annotation: a rolling update of kas and agentk.
+    """``helm upgrade`` both releases at once with a changed pod annotation: a rolling update of kas and agentk.
 
     Waits (``--wait``) until every new pod is Ready; ``--reuse-values`` keeps the install's settings.
     """
-    for release, namespace, chart, key in (
-        (SERVER_RELEASE, SERVER_NS, "tether", "kas.podAnnotations.tether-e2e/generation"),
-        (AGENT_RELEASE, AGENT_NS, "tether-agent", "podAnnotations.tether-e2e/generation"),
-    ):
-        inst.helm.run(
+
+    def upgrade(release: str, namespace: str, chart: str, key: str) -> str:
+        return inst.helm.run(
             "upgrade", release, str(CHARTS / chart), "-n", namespace, "--reuse-values", "--wait",
             f"--timeout={STEP_S}s", f"--set-string={key}={generation}",
         )  # fmt: skip
+
+    with ThreadPoolExecutor(2) as pool:
+        server = pool.submit(upgrade, SERVER_RELEASE, SERVER_NS, "tether", "kas.podAnnotations.tether-e2e/generation")
+        agent = pool.submit(upgrade, AGENT_RELEASE, AGENT_NS, "tether-agent", "podAnnotations.tether-e2e/generation")
+        server.result(), agent.result()
 
 
 def fail_over(inst: Installation) -> tuple[str, str, float]:
@@ -438,9 +446,14 @@ def fail_over(inst: Installation) -> tuple[str, str, float]:
 
 
 def uninstall(inst: Installation) -> None:
-    """``helm uninstall`` both releases and wait until their pods are gone."""
-    inst.helm.run("uninstall", AGENT_RELEASE, "-n", AGENT_NS, "--wait", f"--timeout={STEP_S}s")
-    inst.helm.run("uninstall", SERVER_RELEASE, "-n", SERVER_NS, "--wait", f"--timeout={STEP_S}s")
+    """``helm uninstall`` both releases (at once), each waiting until helm's objects are deleted."""
+    with ThreadPoolExecutor(2) as pool:
+        runs = [
+            pool.submit(inst.helm.run, "uninstall", release, "-n", namespace, "--wait", f"--timeout={STEP_S}s")
+            for release, namespace in ((AGENT_RELEASE, AGENT_NS), (SERVER_RELEASE, SERVER_NS))
+        ]
+        for run in runs:
+            run.result()
 
 
 def leftovers(inst: Installation, namespace: str) -> list[str]:
