@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import aiohttp
@@ -37,6 +38,18 @@ def installation(real_node_cluster: ClusterInfo, kubectl: Kubectl, tmp_path: Pat
         yield inst
     finally:
         hd.remove_everything(kubectl, helm or hd.Helm(kubectl.kubeconfig, tmp_path / "deploy" / "helm"))
+
+
+def _stopwatch() -> Callable[[str], None]:
+    """Prints the seconds each phase took (shown with the output of a failed run, or with ``-s``)."""
+    last = [time.monotonic()]
+
+    def lap(phase: str) -> None:
+        now = time.monotonic()
+        print(f"{phase}: {now - last[0]:.1f}s")
+        last[0] = now
+
+    return lap
 
 
 async def _graph_shows(inst: hd.Installation, pod: str) -> None:
@@ -72,6 +85,7 @@ async def test_helm_install_runs_tether_on_real_pods_and_uninstall_leaves_nothin
     installation: hd.Installation, tmp_path: Path
 ) -> None:
     inst = installation
+    lap = _stopwatch()
     # Two agentk pods Running on the real node, exactly one of them holding the Lease.
     agents = await asyncio.to_thread(inst.pods, hd.AGENT_NS, "agentk")
     assert len(agents) == 2 and all(p["status"]["phase"] == "Running" for p in agents)
@@ -85,6 +99,7 @@ async def test_helm_install_runs_tether_on_real_pods_and_uninstall_leaves_nothin
     owners = (await asyncio.to_thread(inst.lease))["metadata"].get("ownerReferences", [])
     assert [(o["kind"], o["name"]) for o in owners] == [("Deployment", hd.AGENT_RELEASE)]
 
+    lap("agentk pods and the Lease")
     # kubectl through kas (NodePort -> kas -> agentk -> API server -> kubelet) on real containers:
     # get, apply, wait, exec, logs, cp, port-forward, attach, as the hub user with their own RBAC.
     kc = inst.proxy_kubectl()
@@ -93,6 +108,7 @@ async def test_helm_install_runs_tether_on_real_pods_and_uninstall_leaves_nothin
     assert {"pod/web-helm", "pod/echo-helm"} <= set(listed), listed
     await _graph_shows(inst, "web-helm")
 
+    lap("kubectl through kas, the graph")
     # A Redis pod, then a kas pod deleted and replaced under load: no request fails past its deadline.
     async with hd.Load(inst, clients=5) as load:
         await _replace_pod(inst, hd.SERVER_NS, "redis", 1)
@@ -101,6 +117,7 @@ async def test_helm_install_runs_tether_on_real_pods_and_uninstall_leaves_nothin
         await asyncio.sleep(2)
     assert load.report.requests > 0 and load.report.failed == 0, load.report
 
+    lap("Redis and kas pods replaced under load")
     # The leader deleted: the other replica takes the Lease; the Deployment brings back two pods.
     old, new, _seconds = await asyncio.to_thread(hd.fail_over, inst)
     assert new != old
@@ -108,6 +125,7 @@ async def test_helm_install_runs_tether_on_real_pods_and_uninstall_leaves_nothin
         hd.wait_until, lambda: len(inst.ready_pods(hd.AGENT_NS, "agentk")) == 2, hd.STEP_S, "two agentk again"
     )
 
+    lap("leader failover")
     # helm upgrade of both releases (a rolling update of kas and agentk) under 20 clients.
     rolled = ((hd.SERVER_NS, "kas"), (hd.AGENT_NS, "agentk"))
     before = {c: set(await asyncio.to_thread(inst.ready_pods, ns, c)) for ns, c in rolled}
@@ -118,6 +136,7 @@ async def test_helm_install_runs_tether_on_real_pods_and_uninstall_leaves_nothin
         after = set(await asyncio.to_thread(inst.ready_pods, namespace, component))
         assert len(after) == 2 and not after & before[component], (component, before[component], after)
 
+    lap("helm upgrade under 20 clients")
     # helm uninstall: nothing left but what the chart keeps on purpose (helm.sh/resource-policy: keep).
     await kubectl_run(inst.admin, "delete", "namespace", hd.WORK_NS, "--wait=false")
     await asyncio.to_thread(hd.uninstall, inst)
@@ -138,3 +157,4 @@ async def test_helm_install_runs_tether_on_real_pods_and_uninstall_leaves_nothin
         except AssertionError:
             pytest.fail(f"helm uninstall left in {namespace}: {hd.leftovers(inst, namespace)} (expected {expected})")
     assert await asyncio.to_thread(hd.cluster_leftovers, inst) == []
+    lap("helm uninstall")
