@@ -1,7 +1,8 @@
 """Figures for bench/results/deploy.json: image sizes, and the Helm install on a real node (issue 22).
 
 Usage:
-    python bench/deploy.py [--force]      image sizes (`make images`; --force rebuilds every image)
+    python bench/deploy.py [--force] [NAME...]
+        image sizes (`make images`; --force rebuilds every image; NAME...: only these images)
     python bench/deploy.py --helm [--runs N]
         starts its own cluster with one real node and installs Tether with its charts exactly as
         tests/node/test_helm_e2e.py does (tests/support/helm_deploy.py), then measures:
@@ -51,16 +52,15 @@ def record(figures: dict[str, tuple[float, str]]) -> None:
         print(f"{metric}: {value} {unit}")
 
 
-def image_sizes(force: bool) -> None:
-    args = [sys.executable, "-m", "tether.devenv.images", "--json", *(["--force"] if force else [])]
+def image_sizes(force: bool, names: list[str]) -> None:
+    args = [sys.executable, "-m", "tether.devenv.images", "--json", *(["--force"] if force else []), *names]
     out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
     figures: dict[str, tuple[float, str]] = {}
     for line in out.splitlines():
         image = json.loads(line)
-        if image["name"] not in ("agentk", "kas", "hub"):
-            continue
-        figures[f"{image['name']}_image_mib"] = (round(image["uncompressed_bytes"] / 2**20, 1), "MiB")
-        figures[f"{image['name']}_image_compressed_mib"] = (round(image["compressed_bytes"] / 2**20, 1), "MiB")
+        name = image["name"].replace("-", "_")  # front-proxy -> front_proxy_image_mib
+        figures[f"{name}_image_mib"] = (round(image["uncompressed_bytes"] / 2**20, 1), "MiB")
+        figures[f"{name}_image_compressed_mib"] = (round(image["compressed_bytes"] / 2**20, 1), "MiB")
     record(figures)
 
 
@@ -144,11 +144,12 @@ def main() -> None:
     parser.add_argument("--force", action="store_true", help="rebuild every image (image sizes)")
     parser.add_argument("--helm", action="store_true", help="the Helm install figures on a real node (root)")
     parser.add_argument("--runs", type=int, default=3, help="leader failovers; exec samples are 5 times this")
+    parser.add_argument("names", nargs="*", help="images to measure (default: every image)")
     args = parser.parse_args()
     if args.helm:
         helm_figures(args.runs)
     else:
-        image_sizes(args.force)
+        image_sizes(args.force, args.names)
 
 
 if __name__ == "__main__":

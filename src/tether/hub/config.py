@@ -36,6 +36,8 @@ ENV_OVERRIDES = {
     "TETHER_HUB_KAS_API_SECRET_FILE": "kas.authentication_secret_file",
     "TETHER_HUB_KAS_EXTERNAL_URL": "kas.external_url",
     "TETHER_HUB_GITALY_LISTEN": "gitaly.listen",
+    "TETHER_HUB_GITALY_ADDRESS": "gitaly.address",
+    "TETHER_HUB_GITALY_TOKEN_FILE": "gitaly.token_file",
     "TETHER_HUB_LOG_LEVEL": "logging.level",
     "TETHER_HUB_SESSION_LIFETIME": "sessions.lifetime",
     "TETHER_HUB_KAS_COOKIE_DOMAIN": "sessions.kas_cookie_domain",

@@ -168,7 +168,9 @@ class Workspace:
     desired_state_updated_at: datetime
     actual_state: str
     actual_state_updated_at: datetime
-    actual_state_message: str = strawberry.field(description="Tether: why the workspace is Failed or in Error.")
+    actual_state_message: str = strawberry.field(
+        description="Tether: why the workspace is Failed or in Error, or what a Starting one waits on."
+    )
     responded_to_agent_at: datetime | None
     deployment_resource_version: str | None
     force_include_all_resources: bool
