@@ -268,6 +268,7 @@ def _bootstrap(inst: Installation) -> str:
             return result.stdout.strip()
         statuses = [pod["status"].get("containerStatuses") for pod in inst.pods(SERVER_NS, "hub")]
         failures.append(f"exit {result.returncode}: {result.stderr.strip()[-300:]}; hub pod: {statuses}")
+        print(f"tether hub bootstrap failed, retrying: {failures[-1]}")
         wait_until(lambda: inst.ready_pods(SERVER_NS, "hub"), STEP_S, "a Ready hub pod")
     raise AssertionError(f"tether hub bootstrap failed 3 times: {failures}")
 
