@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tether.hub.db.engine import DatabaseUrlError, check_url
+from tether.modules.remote_development.devfile import default_devfile
 from tether.tool.durations import Duration
 
 DEFAULT_DATA_DIR = Path("~/.local/share/tether").expanduser()
@@ -45,6 +46,7 @@ ENV_OVERRIDES = {
     "TETHER_HUB_KAS_K8S_PROXY_CA_FILE": "kas.k8s_proxy_ca_certificate_file",
     "TETHER_HUB_KAS_WORKSPACES_URL": "kas.workspaces_url",
     "TETHER_HUB_MAX_ACTIVE_WORKSPACES_PER_USER": "workspaces.max_active_workspaces_per_user",
+    "TETHER_HUB_WORKSPACES_DEFAULT_DEVFILE_IMAGE": "workspaces.default_devfile_image",
 }
 
 
@@ -210,9 +212,18 @@ class WorkspacesCF(_Section):
         max_active_workspaces_per_user: workspaces one user may have whose desired state is not Terminated, over
             every agent, whatever the agents' own ``workspaces_per_user_quota``; -1 means no limit, 0 that
             nobody may create one. The CLI operator is not a user and creates none.
+        default_devfile_image: the container image of the default devfile (a workspace created without a
+            devfile); empty: GitLab's workspace image. ``tether up`` sets its node's local workspace image,
+            since that node reaches no registry (issue 23 item 1).
     """
 
     max_active_workspaces_per_user: int = Field(default=50, ge=-1)
+    default_devfile_image: str = Field(default="", max_length=512, pattern=r"^[A-Za-z0-9./:@_-]*$")
+
+    @property
+    def default_devfile(self) -> str:
+        """The devfile of a workspace created without one (:func:`default_devfile` with this image)."""
+        return default_devfile(self.default_devfile_image)
 
 
 class LoggingCF(_Section):

@@ -3,10 +3,14 @@
 Listeners (kas.md §0.1): agent gRPC (agentk), api gRPC (the hub; JWT ``iss=gitlab``, ``aud=gitlab-kas``),
 private api gRPC (other kas only; JWT ``iss=aud=gitlab-kas`` with a kas-only secret), observability
 HTTP and, when ``agent.kubernetes_api`` is configured, the Kubernetes API proxy (HTTP, kas.md §5).
-On SIGTERM (kas.md §8.6): readiness turns false, configuration streams and idle tunnels end with OK so
-agents reconnect elsewhere, everything this kas wrote to Redis is removed at once, listeners stop
-accepting, and in-flight forwarded calls get ``routing.shutdown_grace_period`` to finish (proxied HTTP
-requests: ``agent.kubernetes_api.listen.shutdown_grace_period``).
+On SIGTERM (kas.md §8.6; issue 26 item 3 "rolling update without a failed request"): readiness turns false
+and configuration streams end with OK at once; after ``agent.listen.listen_grace_period`` the agent and api
+listeners stop accepting (GOAWAY: agentk's and the hub's new calls go to another kas through the load
+balancer) and the tunnel registry drains: each agent moves to another kas make-before-break (its idle tunnels
+here keep serving until it has tunnels elsewhere, at most ``routing.agent_move_timeout``), and this kas' tunnel
+tracker entry for it goes the moment it moved. Then everything else this kas wrote to Redis is removed, the
+private listener stops accepting, and in-flight forwarded calls get what remains of
+``routing.shutdown_grace_period`` (proxied HTTP requests: ``agent.kubernetes_api.listen.shutdown_grace_period``).
 """
 
 from __future__ import annotations
@@ -227,7 +231,7 @@ class KasApp:
         )
         self.registry = TunnelRegistry(self.tunnel_tracker)
         self.notifier = TunnelNotifier()
-        self.events.on(TunnelsAvailable, lambda event: self.notifier.notify(event.agent_id, event.kas_url))
+        self.events.on(TunnelsAvailable, self._on_tunnels_available)
         self.gateway = Gateway(self.registry)
         self.pool = KasPool(
             private_secret, config.private_api.listen.ca_certificate_file, agent.listen.max_message_size
@@ -313,6 +317,25 @@ class KasApp:
         # Listeners' own handlers come after the modules' services.
         self.api_server.add_generic_rpc_handlers([RoutedApiHandler(self.router, self.api.routed_methods)])
         self.private_server.add_generic_rpc_handlers([PrivateApiHandler(self.gateway)])
+
+    def _on_tunnels_available(self, event: TunnelsAvailable) -> None:
+        self.notifier.notify(event.agent_id, event.kas_url)
+        if event.kas_url != self.own_url:
+            self.registry.moved(event.agent_id)  # while draining: the agent has tunnels on that kas now
+
+    async def _has_tunnels_elsewhere(self, agent_id: int) -> bool:
+        try:
+            urls = await asyncio.wait_for(self.tunnel_tracker.kas_urls(agent_id), 2.0)
+        except Exception:
+            return False  # then one tunnel moves and the others wait for the announcement
+        return any(url != self.own_url for url in urls)
+
+    async def _other_instances(self) -> bool:
+        try:
+            listed = await asyncio.wait_for(self.instances.instances(), 2.0)
+        except Exception:
+            return True  # unknown: give the agents their chance to move
+        return any(info.private_api_url != self.own_url for info in listed)
 
     @property
     def ports(self) -> dict[str, int]:
@@ -433,15 +456,28 @@ class KasApp:
         # before routing's connections close.
         modules_stopped = asyncio.ensure_future(self.supervisor.stop_modules())
         await asyncio.sleep(self.config.agent.listen.listen_grace_period)
+        routing = self.config.routing
+        grace_ends = time.monotonic() + routing.shutdown_grace_period
+        # No new agent connections or hub calls from now on: they go to another kas.
+        stopping_servers = [
+            asyncio.ensure_future(self.agent_server.stop(routing.shutdown_grace_period)),
+            asyncio.ensure_future(self.api_server.stop(routing.shutdown_grace_period)),
+        ]
+        move_timeout = min(routing.agent_move_timeout, routing.shutdown_grace_period)
+        if not await self._other_instances():
+            move_timeout = 0.0  # a lone kas: its agents have nowhere to move, waiting would only delay its stop
+        with contextlib.suppress(Exception):
+            await self.instances.clear()  # other kas stop discovering this one
+        unmoved = await self.registry.drain(self._has_tunnels_elsewhere, move_timeout)
+        log.info("agents moved to other kas instances (%d had not within %.1f s)", unmoved, move_timeout)
         await self.registry.stop()
-        grace = self.config.routing.shutdown_grace_period
-        stopping_servers = asyncio.gather(
-            self.agent_server.stop(grace), self.api_server.stop(grace), self.private_server.stop(grace)
+        stopping_servers.append(
+            asyncio.ensure_future(self.private_server.stop(max(grace_ends - time.monotonic(), 0.0)))
         )
         await asyncio.gather(
             self.tunnel_tracker.clear(), self.agent_tracker.clear(), self.instances.clear(), return_exceptions=True
         )
-        await stopping_servers
+        await asyncio.gather(*stopping_servers)
         await self.supervisor.cancel_loops()
         await modules_stopped
         await self.pool.close()

@@ -289,6 +289,9 @@ class RoutingCF(_Section):
     recheck_interval: Duration = 2.0
     #: How long in-flight forwarded calls may continue after SIGTERM.
     shutdown_grace_period: Duration = 30.0
+    #: After SIGTERM, how long kas waits for its agents to open tunnels on another kas before it ends their
+    #: remaining idle tunnels (within ``shutdown_grace_period``; docs/deployment.md "Rolling updates of kas").
+    agent_move_timeout: Duration = 5.0
 
 
 class KasConfig(_Section):

@@ -42,6 +42,7 @@ from tether.hub.service.principal import SCOPE_API, SCOPE_READ_API, Principal
 from tether.hub.workspaces import listing, operations
 from tether.hub.workspaces.address import address
 from tether.hub.workspaces.graphql_cost import Budget, Cost, budget_rule
+from tether.modules.remote_development.devfile import DEFAULT_DEVFILE
 
 log = logging.getLogger(__name__)
 NO_ACCESS = (
@@ -74,6 +75,7 @@ class Context(BaseContext):
         db: the database.
         announce: called with the names of created or changed workspaces, after the commit.
         user_limit: the hub's ``workspaces.max_active_workspaces_per_user``.
+        default_devfile: the hub's ``workspaces.default_devfile``, for a create without a devfile.
     """
 
     def __init__(
@@ -82,12 +84,14 @@ class Context(BaseContext):
         db: Database,
         announce: Callable[[list[str]], Awaitable[None]] | None = None,
         user_limit: int = -1,
+        default_devfile: str = DEFAULT_DEVFILE,
     ) -> None:
         super().__init__()
         self.principal = principal
         self.db = db
         self.announce = announce
         self.user_limit = user_limit
+        self.default_devfile = default_devfile
         #: Whether the request selects ``devfile`` anywhere (set before execution); lists skip loading it if not.
         self.wants_devfile = True
         self._session: AsyncSession | None = None
@@ -336,7 +340,13 @@ class Mutation:
                 name=input.name,
             )
             async with context.transaction(write=True) as session:
-                row = await operations.create(session, context.principal, request, user_limit=context.user_limit)
+                row = await operations.create(
+                    session,
+                    context.principal,
+                    request,
+                    user_limit=context.user_limit,
+                    default_devfile=context.default_devfile,
+                )
                 view = (await _views(session, [row]))[0]
             await context.changed(view.name)  # a refusal kas cached for the new name must go
         except BadRequest as exc:
@@ -469,6 +479,7 @@ async def _context(request: Request, principal: Annotated[Principal, Depends(aut
         db=state.db,
         announce=lambda names: announce_workspace_changes(state, names),
         user_limit=state.config.workspaces.max_active_workspaces_per_user,
+        default_devfile=state.config.workspaces.default_devfile,
     )
 
 

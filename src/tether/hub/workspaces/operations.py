@@ -87,7 +87,14 @@ def _root(full_path: str) -> str:
     return full_path.split("/", 1)[0]
 
 
-async def create(session: AsyncSession, principal: Principal, request: CreateRequest, *, user_limit: int) -> Workspace:
+async def create(
+    session: AsyncSession,
+    principal: Principal,
+    request: CreateRequest,
+    *,
+    user_limit: int,
+    default_devfile: str = DEFAULT_DEVFILE,
+) -> Workspace:
     """Create a workspace owned by the principal.
 
     Args:
@@ -96,6 +103,7 @@ async def create(session: AsyncSession, principal: Principal, request: CreateReq
         request: what to create.
         user_limit: the hub's ``workspaces.max_active_workspaces_per_user`` (-1: none), checked before anything
             else about the request.
+        default_devfile: the devfile used when the request has none (the hub's ``workspaces.default_devfile``).
 
     Raises:
         NotFound: project or agent not visible. Forbidden: below Developer on the project, or no user.
@@ -127,7 +135,7 @@ async def create(session: AsyncSession, principal: Principal, request: CreateReq
     if not settings.enabled:
         raise BadRequest.field("clusterAgentId", "workspaces are not enabled in this agent's configuration")
     await _check_quotas(session, agent.id, user_id, settings.workspaces_quota, settings.workspaces_per_user_quota)
-    text = request.devfile if request.devfile is not None else DEFAULT_DEVFILE
+    text = request.devfile if request.devfile is not None else default_devfile
     try:
         parse_devfile(text)
     except DevfileError as exc:
