@@ -496,12 +496,17 @@ def cluster_leftovers(inst: Installation) -> list[str]:
 
 
 def remove_everything(admin: Kubectl, helm: Helm | None = None) -> None:
-    """Best-effort clean-up after a failed run: both releases, the kept objects, the namespaces."""
+    """Clean-up after a run (passed or not): both releases, the kept objects, the namespaces.
+
+    Waits (bounded) until the namespaces are gone, so that their pods' containers are not still being torn
+    down while the next test runs (a test scanning the cluster directory then saw a snapshot vanish).
+    """
     if helm is not None:
         for release, namespace in ((AGENT_RELEASE, AGENT_NS), (SERVER_RELEASE, SERVER_NS)):
             subprocess.run(
                 [str(helm.binary), f"--kubeconfig={helm.kubeconfig}", "uninstall", release, "-n", namespace],
                 capture_output=True, env=helm.env, timeout=STEP_S, check=False,
             )  # fmt: skip
-    for namespace in (WORK_NS, AGENT_NS, SERVER_NS):
-        admin.run("delete", "namespace", namespace, "--ignore-not-found", "--wait=false", check=False)
+    namespaces = [f"namespace/{namespace}" for namespace in (WORK_NS, AGENT_NS, SERVER_NS)]
+    admin.run("delete", *namespaces, "--ignore-not-found", "--wait=false", check=False)
+    admin.run("wait", "--for=delete", *namespaces, "--timeout=110s", check=False)  # within kubectl.run's 120 s
