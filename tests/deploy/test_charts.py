@@ -148,8 +148,11 @@ def test_least_privilege_preset_has_no_wildcards_and_reads_no_secrets() -> None:
     (binding,) = kinds(docs)["ClusterRoleBinding"]
     assert binding["roleRef"]["name"] == "t-tether-agent"
     (lease_role,) = kinds(docs)["Role"]
+    # The Lease, and the pod and ReplicaSet agentk reads to make its Deployment the Lease's owner.
     assert lease_role["rules"] == [
-        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
+        {"apiGroups": ["apps"], "resources": ["replicasets"], "verbs": ["get"]},
     ]
 
 

@@ -23,9 +23,9 @@ import pytest
 from tests.support.polling import poll
 from tests.support.tcp_proxy import TcpRelay
 from tether.devenv.cluster import ClusterInfo
-from tether.kube.client import KubeClient
+from tether.kube.client import KubeApiError, KubeClient
 from tether.kube.kubeconfig import load_credentials
-from tether.kube.lease import LeaderElector
+from tether.kube.lease import LeaderElector, workload_owner
 
 pytestmark = pytest.mark.k8s
 
@@ -224,3 +224,56 @@ async def test_a_leader_whose_lease_was_taken_steps_down(candidates: Candidates)
     await asyncio.sleep(4 * RETRY)  # pod-a keeps trying, as a follower, and must leave pod-z's Lease alone
     assert candidates.leadership.leading == [] and not a.leading
     assert (await candidates.lease())["spec"]["holderIdentity"] == "pod-z"
+
+
+async def test_the_lease_belongs_to_the_workload_and_goes_with_it(
+    candidates: Candidates, k8s_cluster: ClusterInfo, k8s_namespace: str
+) -> None:
+    """The Lease is made at run time, so ``helm uninstall`` cannot delete it: agentk makes the Deployment that
+    runs it the Lease's owner (found from its pod through the ReplicaSet), and the garbage collector deletes
+    the Lease with the Deployment."""
+    admin = await candidates.client()
+    labels = {"app": "agentk"}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "agentk"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "a", "image": "x.invalid/a"}]},
+            },
+        },
+    }
+    created = await admin.send_json("POST", f"/apis/apps/v1/namespaces/{k8s_namespace}/deployments", deployment)
+
+    async def pod_name() -> str:
+        pods = await admin.get_json(f"/api/v1/namespaces/{k8s_namespace}/pods", {"labelSelector": "app=agentk"})
+        return str(pods["items"][0]["metadata"]["name"]) if pods["items"] else ""
+
+    pod = await poll(pod_name, "the Deployment's pod", limit=60, interval=0.2)
+    owner = await workload_owner(admin, k8s_namespace, pod)
+    assert owner == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "agentk", "uid": created["metadata"]["uid"]}
+    assert await workload_owner(admin, k8s_namespace, "no-such-pod") is None  # logged, not raised
+
+    elector = LeaderElector(admin, k8s_namespace, LEASE, pod, lease_duration_s=DURATION, owner=owner)
+    task = asyncio.create_task(elector.run(candidates.leadership.lead(pod)))
+    try:
+        await candidates.wait_leader(pod, "the pod leads")
+        assert (await candidates.lease())["metadata"]["ownerReferences"] == [owner]
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    await admin.send_json("DELETE", f"/apis/apps/v1/namespaces/{k8s_namespace}/deployments/agentk")
+
+    async def lease_gone() -> bool:
+        try:
+            await candidates.lease()
+        except KubeApiError as exc:
+            return exc.status == 404
+        return False
+
+    await poll(lease_gone, "the garbage collector to delete the Lease with its owner", limit=60, interval=0.5)

@@ -564,9 +564,7 @@ class RealNodes:
         Raises:
             tether.devenv.node_net.NodeNetworkError: ``ctr images import`` failed (with its error output).
         """
-        for net in self.nets:
-            socket_path = self._node_dir(net) / "containerd.sock"
-            node_net.run("ctr", f"--address={socket_path}", "--namespace=k8s.io", "images", "import", str(archive))
+        import_archives(self.record(), [archive])
 
     def stop(self) -> None:
         """Stop the add-ons and every node, and remove their containers, mounts and networks."""
@@ -621,14 +619,33 @@ def _endpoints(api: KubeApi, namespace: str, service: str, address: str, ports: 
     )
 
 
-def _ctr(socket_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _ctr(socket_path: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [node_net.tool("ctr"), f"--address={socket_path}", "--namespace=k8s.io", *args],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
         check=False,
     )
+
+
+def import_archives(record: dict[str, Any], archives: list[Path]) -> None:
+    """Import OCI archives into the containerd of every node of a cluster's recorded ``real_nodes`` entry.
+
+    The archives: ``make images``' kas, agentk and hub, :func:`tether.devenv.oci.write_redis_image`'s Redis.
+    The node imports only its own pause and busybox images at start; charts' images come this way where no
+    registry is reachable (pods then run them with ``imagePullPolicy: IfNotPresent``). Importing an image
+    that is already there is quick and changes nothing.
+
+    Raises:
+        tether.devenv.node_net.NodeNetworkError: ``ctr images import`` failed (its message).
+    """
+    for node in record.get("nodes", []):
+        socket_path = Path(node["directory"]) / "containerd.sock"
+        for archive in archives:
+            result = _ctr(socket_path, "images", "import", str(archive), timeout=300)
+            if result.returncode != 0:
+                raise node_net.NodeNetworkError(f"ctr images import {archive} failed: {result.stderr.strip()}")
 
 
 def _stop_recorded_pid(pid: int, binary: str) -> None:
@@ -745,4 +762,12 @@ def teardown_recorded(record: dict[str, Any]) -> list[str]:
     return names
 
 
-__all__ = ["ProcessFailed", "RealNodes", "apiserver_args", "teardown", "teardown_recorded", "unmount_under"]
+__all__ = [
+    "ProcessFailed",
+    "RealNodes",
+    "apiserver_args",
+    "import_archives",
+    "teardown",
+    "teardown_recorded",
+    "unmount_under",
+]

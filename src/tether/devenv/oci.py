@@ -24,6 +24,10 @@ from tether.devenv.process import EnvironmentProblem
 BUSYBOX = Path("/bin/busybox")
 PAUSE_IMAGE = "localhost/tether/pause:local"
 BUSYBOX_IMAGE = "localhost/tether/busybox:local"
+#: A trial Redis for the ``tether`` chart's bundled Redis on a node without a registry (its default is ``redis:7.4``).
+REDIS_IMAGE = "localhost/tether/redis:local"
+REDIS_SERVER = Path("/usr/bin/redis-server")
+REDIS_UID = 999
 #: A development environment that runs until stopped (busybox's shell and tools): the image of the default
 #: devfile under ``tether up``, whose workspaces cannot pull GitLab's workspace image without a registry.
 WORKSPACE_IMAGE = "localhost/tether/workspace:local"
@@ -106,6 +110,99 @@ def _image(layer: _Blob, cmd: list[str], workdir: str = "/") -> tuple[_Blob, _Bl
     return config, manifest
 
 
+def _libraries(binary: Path) -> list[str]:
+    """The shared objects ``binary`` loads, as the paths the dynamic loader looks them up at (``ldd``)."""
+    listing = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=True, timeout=30).stdout
+    found = []
+    for line in listing.splitlines():
+        words = line.split()
+        path = words[2] if len(words) > 2 and words[1] == "=>" else words[0] if words else ""
+        if path.startswith("/"):
+            found.append(path)
+    return found
+
+
+def _redis_layer(binary: Path) -> bytes:
+    if not binary.is_file():
+        raise ImageError(f"{binary} is missing: install Debian's redis-server package (scripts/bootstrap.sh does)")
+    files = {binary.as_posix(): binary.read_bytes()}
+    files.update({path: Path(path).resolve().read_bytes() for path in _libraries(binary)})
+    files["etc/passwd"] = f"redis:x:{REDIS_UID}:{REDIS_UID}:redis:/data:/bin/false\n".encode()
+    files["etc/group"] = f"redis:x:{REDIS_UID}:\n".encode()
+    names = {name.lstrip("/"): data for name, data in files.items()}
+    directories = {"data", "tmp"} | {
+        str(parent) for name in names for parent in Path(name).parents if str(parent) != "."
+    }
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for directory in sorted(directories):
+            tar.addfile(_tar_info(directory, tarfile.DIRTYPE, 0o1777 if directory in ("data", "tmp") else 0o755))
+        for name in sorted(names):
+            mode = 0o644 if name.startswith("etc/") else 0o755
+            tar.addfile(_tar_info(name, tarfile.REGTYPE, mode, len(names[name])), io.BytesIO(names[name]))
+    return out.getvalue()
+
+
+def _write_archive(archive: Path, blobs: dict[str, _Blob], manifests: list[dict[str, object]]) -> None:
+    index = _json_blob("application/vnd.oci.image.index.v1+json", {"schemaVersion": 2, "manifests": manifests})
+    files = {"oci-layout": b'{"imageLayoutVersion":"1.0.0"}', "index.json": index.data}
+    files.update({f"blobs/sha256/{digest.split(':', 1)[1]}": blob.data for digest, blob in blobs.items()})
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for directory in ("blobs", "blobs/sha256"):
+            tar.addfile(_tar_info(directory, tarfile.DIRTYPE, 0o755))
+        for name in sorted(files):
+            tar.addfile(_tar_info(name, tarfile.REGTYPE, 0o644, len(files[name])), io.BytesIO(files[name]))
+
+
+def _descriptor(manifest: _Blob, name: str) -> dict[str, object]:
+    annotations = {"io.containerd.image.name": name, "org.opencontainers.image.ref.name": name.rsplit(":", 1)[1]}
+    return manifest.descriptor(platform={"architecture": "amd64", "os": "linux"}, annotations=annotations)
+
+
+def write_redis_image(archive: Path, binary: Path = REDIS_SERVER) -> str:
+    """Write :data:`REDIS_IMAGE` (Debian's ``redis-server`` and the libraries it loads) as an OCI archive.
+
+    For the ``tether`` chart's bundled Redis where no registry is reachable (the chart's default image is
+    ``redis:7.4``). The entrypoint is ``redis-server --protected-mode no``, as the official image behaves (it
+    turns protected mode off at build time): kas connects from other pods without a password; the
+    chart's arguments follow. Runs as uid 999 (the chart's Redis securityContext) on a read-only root.
+
+    Returns:
+        the manifest digest (``sha256:...``), the same for the same binary and libraries.
+
+    Raises:
+        ImageError: redis-server is not installed.
+    """
+    layer = _Blob("application/vnd.oci.image.layer.v1.tar", _redis_layer(binary))
+    config = _json_blob(
+        "application/vnd.oci.image.config.v1+json",
+        {
+            "architecture": "amd64",
+            "os": "linux",
+            "config": {
+                "Entrypoint": [binary.as_posix(), "--protected-mode", "no"],
+                "Env": [f"PATH={_PATH}"],
+                "WorkingDir": "/data",
+                "User": f"{REDIS_UID}:{REDIS_UID}",
+            },
+            "rootfs": {"type": "layers", "diff_ids": [layer.digest]},
+        },
+    )
+    manifest = _json_blob(
+        "application/vnd.oci.image.manifest.v1+json",
+        {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": config.descriptor(),
+            "layers": [layer.descriptor()],
+        },
+    )
+    blobs = {blob.digest: blob for blob in (layer, config, manifest)}
+    _write_archive(archive, blobs, [_descriptor(manifest, REDIS_IMAGE)])
+    return manifest.digest
+
+
 def write_node_images(archive: Path, busybox: Path = BUSYBOX) -> dict[str, str]:
     """Write the pause, busybox and workspace images as one OCI layout archive at ``archive``.
 
@@ -127,17 +224,6 @@ def write_node_images(archive: Path, busybox: Path = BUSYBOX) -> dict[str, str]:
         config, manifest = _image(layer, cmd, workdir)
         blobs[config.digest], blobs[manifest.digest] = config, manifest
         names[name] = manifest.digest
-        annotations = {"io.containerd.image.name": name, "org.opencontainers.image.ref.name": name.rsplit(":", 1)[1]}
-        manifests.append(
-            manifest.descriptor(platform={"architecture": "amd64", "os": "linux"}, annotations=annotations)
-        )
-    index = _json_blob("application/vnd.oci.image.index.v1+json", {"schemaVersion": 2, "manifests": manifests})
-    files = {"oci-layout": b'{"imageLayoutVersion":"1.0.0"}', "index.json": index.data}
-    files.update({f"blobs/sha256/{digest.split(':', 1)[1]}": blob.data for digest, blob in blobs.items()})
-    archive.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(archive, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for directory in ("blobs", "blobs/sha256"):
-            tar.addfile(_tar_info(directory, tarfile.DIRTYPE, 0o755))
-        for name in sorted(files):
-            tar.addfile(_tar_info(name, tarfile.REGTYPE, 0o644, len(files[name])), io.BytesIO(files[name]))
+        manifests.append(_descriptor(manifest, name))
+    _write_archive(archive, blobs, manifests)
     return names

@@ -7,6 +7,11 @@ cannot both win. A leader that cannot renew for ``renew_deadline_s`` stops leadi
 still unanswered (each attempt is bounded by what is left of the deadline); on a clean stop it
 releases the Lease so a successor takes over at once. Upstream agentk: Lease ``agent-<id>-lock`` in the pod's
 namespace, identity the pod name, 15 s / 10 s / 2 s (reference workspaces.md §5.1).
+
+The Lease is created at run time, so ``helm uninstall`` would leave it behind. Unlike upstream, the Lease gets
+an ownerReference to the workload that runs the candidates (the agentk Deployment, found by
+:func:`workload_owner` from the pod through its ReplicaSet): when the workload is deleted, the API server's
+garbage collector deletes the Lease too.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ class LeaderElector:
         name: the Lease's name, e.g. ``agent-7-lock``.
         identity: this candidate (the pod name; unique among the replicas).
         lease_duration_s, renew_deadline_s, retry_period_s: the timings (upstream 15 / 10 / 2).
+        owner: an ownerReference (``apiVersion``, ``kind``, ``name``, ``uid``) written on the Lease when this
+            candidate creates or takes it and the Lease has none (:func:`workload_owner`); None: no owner.
     """
 
     def __init__(
@@ -50,6 +57,7 @@ class LeaderElector:
         lease_duration_s: float = 15.0,
         renew_deadline_s: float = 10.0,
         retry_period_s: float = 2.0,
+        owner: dict[str, Any] | None = None,
     ) -> None:
         self._client = client
         self._path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
@@ -60,6 +68,7 @@ class LeaderElector:
         self._duration = lease_duration_s
         self._deadline = renew_deadline_s
         self._retry = retry_period_s
+        self._owner = owner
         self._observed: tuple[str, str, float] | None = None  # (holder, renewTime, local time first seen)
         self.leading = False
 
@@ -147,7 +156,7 @@ class LeaderElector:
             body = {
                 "apiVersion": "coordination.k8s.io/v1",
                 "kind": "Lease",
-                "metadata": {"name": self.name, "namespace": self._namespace},
+                "metadata": {"name": self.name, "namespace": self._namespace, **self._owned({})},
                 "spec": self._spec(True, None),
             }
             try:
@@ -169,6 +178,7 @@ class LeaderElector:
             if now - self._observed[2] < duration:
                 return False
         lease["spec"] = self._spec(holder != self.identity, spec)
+        lease["metadata"].update(self._owned(lease["metadata"]))
         try:
             await self._client.send_json("PUT", self._path, lease)
         except KubeApiError as exc:
@@ -176,6 +186,12 @@ class LeaderElector:
                 return False
             raise
         return True
+
+    def _owned(self, metadata: dict[str, Any]) -> dict[str, Any]:
+        """``{"ownerReferences": [owner]}`` for a Lease without owners (created by an older agentk), else ``{}``."""
+        if self._owner is None or metadata.get("ownerReferences"):
+            return {}
+        return {"ownerReferences": [self._owner]}
 
     async def _release(self) -> None:
         lease = await self._client.get_json(self._path)
@@ -188,3 +204,34 @@ class LeaderElector:
         lease["spec"] = spec
         await self._client.send_json("PUT", self._path, lease)
         _log.info("lease_released", lease=self.name, identity=self.identity)
+
+
+def _controller(obj: dict[str, Any]) -> dict[str, Any] | None:
+    refs = obj.get("metadata", {}).get("ownerReferences") or []
+    return next((ref for ref in refs if ref.get("controller")), None)
+
+
+async def workload_owner(client: KubeClient, namespace: str, pod_name: str) -> dict[str, Any] | None:
+    """The ownerReference for a Lease of the workload that runs pod ``pod_name`` (``apiVersion``, ``kind``, ...).
+
+    Its Deployment when the pod belongs to a ReplicaSet of one, else the pod's own controller (a StatefulSet,
+    ...); None for a bare pod or when the pod cannot be read (outside a cluster, or without ``get`` on pods
+    and replicasets: logged).
+
+    The reference is not a controller reference and does not block the owner's deletion (which would need
+    ``update`` on the owner's finalizers): the garbage collector deletes the Lease after its owner.
+    """
+    if not pod_name:
+        return None
+    try:
+        pod = await client.get_json(f"/api/v1/namespaces/{namespace}/pods/{pod_name}")
+        owner = _controller(pod)
+        if owner is not None and owner.get("kind") == "ReplicaSet" and owner.get("apiVersion") == "apps/v1":
+            replica_set = await client.get_json(f"/apis/apps/v1/namespaces/{namespace}/replicasets/{owner['name']}")
+            owner = _controller(replica_set) or owner
+    except KubeError as exc:
+        _log.warning("lease_owner_unknown", pod=pod_name, error=str(exc))
+        return None
+    if owner is None:
+        return None
+    return {key: owner[key] for key in ("apiVersion", "kind", "name", "uid")}

@@ -24,7 +24,7 @@ import msgspec
 import structlog
 
 from tether.kube.client import KubeClient
-from tether.kube.lease import LeaderElector
+from tether.kube.lease import LeaderElector, workload_owner
 from tether.modagent.api import AgentApi
 from tether.modshared.module import Module
 from tether.modules.remote_development import MODULE_NAME
@@ -208,7 +208,9 @@ class RemoteDevelopmentAgent:
             self._changed.clear()
             await self._changed.wait()
         lease = f"agent-{self._agent_id}-lock"
-        self.elector = LeaderElector(self._api.kube, self._api.pod_namespace, lease, self._api.pod_name)
+        namespace, pod = self._api.pod_namespace, self._api.pod_name
+        owner = await workload_owner(self._api.kube, namespace, pod)  # the Lease goes with the Deployment
+        self.elector = LeaderElector(self._api.kube, namespace, lease, pod, owner=owner)
         await self.elector.run(self._lead)
 
     async def _lead(self) -> None:
