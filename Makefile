@@ -38,6 +38,7 @@ pytest:
 # Container images of kas, agentk and the hub as OCI archives in ~/.cache/tether/images (reused when unchanged).
 images: bootstrap
 	$(BIN)/python -m tether.devenv.images
+	$(BIN)/python -m tether.devenv.tools_image
 
 bench: bootstrap
 	$(BIN)/python bench/testenv.py

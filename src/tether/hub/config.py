@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tether.hub.db.engine import DatabaseUrlError, check_url
+from tether.modules.remote_development.devfile import DEFAULT_IMAGE, default_devfile
 from tether.tool.durations import Duration
 
 DEFAULT_DATA_DIR = Path("~/.local/share/tether").expanduser()
@@ -43,6 +44,7 @@ ENV_OVERRIDES = {
     "TETHER_HUB_KAS_K8S_PROXY_CA_FILE": "kas.k8s_proxy_ca_certificate_file",
     "TETHER_HUB_KAS_WORKSPACES_URL": "kas.workspaces_url",
     "TETHER_HUB_MAX_ACTIVE_WORKSPACES_PER_USER": "workspaces.max_active_workspaces_per_user",
+    "TETHER_HUB_WORKSPACES_DEFAULT_IMAGE": "workspaces.default_image",
 }
 
 
@@ -208,9 +210,17 @@ class WorkspacesCF(_Section):
         max_active_workspaces_per_user: workspaces one user may have whose desired state is not Terminated, over
             every agent, whatever the agents' own ``workspaces_per_user_quota``; -1 means no limit, 0 that
             nobody may create one. The CLI operator is not a user and creates none.
+        default_image: the image of the default devfile (a workspace created without a devfile, the console's
+            form): GitLab's workspace image by default; a cluster without a registry names one its nodes have.
     """
 
     max_active_workspaces_per_user: int = Field(default=50, ge=-1)
+    default_image: str = Field(default=DEFAULT_IMAGE, min_length=1, pattern=r"^[^\s]+$")
+
+    @property
+    def default_devfile(self) -> str:
+        """The devfile used when a user gives none (GitLab's default devfile on :attr:`default_image`)."""
+        return default_devfile(self.default_image)
 
 
 class LoggingCF(_Section):

@@ -30,7 +30,6 @@ from tether.hub.ids import RowId
 from tether.hub.service import projects
 from tether.hub.workspaces import listing, operations
 from tether.hub.workspaces.address import address
-from tether.modules.remote_development.devfile import DEFAULT_DEVFILE
 from tether.modules.remote_development.settings import from_configuration
 from tether.modules.remote_development.states import State
 from tether.tool.ids import parse_id
@@ -152,7 +151,7 @@ async def _page(request: Request, user: ConsoleUser, status: int = 200, **extra:
         poll_seconds=POLL_SECONDS,
         projects=visible,
         agents=agents,
-        default_devfile=DEFAULT_DEVFILE,
+        default_devfile=hub_state(request).config.workspaces.default_devfile,
         **context,
     )
 
@@ -191,7 +190,11 @@ async def create_workspace(request: Request, user: User_) -> Response:
         state = hub_state(request)
         async with state.db.transaction() as session:
             row = await operations.create(
-                session, user.principal, wanted, user_limit=state.config.workspaces.max_active_workspaces_per_user
+                session,
+                user.principal,
+                wanted,
+                user_limit=state.config.workspaces.max_active_workspaces_per_user,
+                default_devfile=state.config.workspaces.default_devfile,
             )
     except HubError as exc:
         return await _page(request, user, exc.status, error=_plain(exc), form=form)

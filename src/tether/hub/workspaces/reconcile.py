@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from tether.hub.db.types import utcnow
 from tether.hub.db.workspaces import Workspace
 from tether.hub.workspaces import agent_settings
+from tether.hub.workspaces.address import editor_base_path
 from tether.hub.workspaces.operations import set_actual, set_desired
 from tether.modules.remote_development import desired_config, rules
 from tether.modules.remote_development.actual_state import calculate_with_failure
@@ -70,7 +71,11 @@ def _apply_report(ws: Workspace, info: AgentInfo, now: datetime) -> None:
 
 
 async def reconcile(
-    session: AsyncSession, agent_id: int, body: object, state_changes: list[str] | None = None
+    session: AsyncSession,
+    agent_id: int,
+    body: object,
+    state_changes: list[str] | None = None,
+    workspaces_url: str | None = None,
 ) -> dict[str, Any]:
     """Run one reconcile request of agent ``agent_id``; returns the 201 body (reference §1.4).
 
@@ -80,6 +85,8 @@ async def reconcile(
         body: the decoded JSON request.
         state_changes: when given, receives the names of the workspaces whose desired or actual state changed
             (kas is told, so that it stops serving what it cached about them).
+        workspaces_url: the hub's ``kas.workspaces_url``: in the path form the editor serves its pages under
+            the workspace's path there.
 
     Raises:
         ParamsError: the body breaks the schema (the route answers 400 with upstream's message shape).
@@ -140,7 +147,10 @@ async def reconcile(
             else rules.returned_by_partial(_timestamps(ws), ws.name in found)
         )
     ]
-    infos = [_rail_info(ws, params.update_type, settings[ws.workspaces_agent_config_version]) for ws in returned]
+    infos = [
+        _rail_info(ws, params.update_type, settings[ws.workspaces_agent_config_version], workspaces_url)
+        for ws in returned
+    ]
     # One executemany instead of the unit of work's row-by-row flush (a partial sync may report thousands).
     updates = [
         {
@@ -174,7 +184,7 @@ async def reconcile(
     }
 
 
-def _rail_info(ws: Workspace, update_type: str, settings: Any) -> dict[str, Any]:
+def _rail_info(ws: Workspace, update_type: str, settings: Any, workspaces_url: str | None) -> dict[str, Any]:
     inclusion = rules.inclusion(update_type, _timestamps(ws))
     config = ""
     if inclusion is not rules.Inclusion.NONE:
@@ -193,6 +203,7 @@ def _rail_info(ws: Workspace, update_type: str, settings: Any) -> dict[str, Any]
                     "GL_WORKSPACE_NAMESPACE": ws.namespace,
                     "GL_WORKSPACE_DOMAIN_TEMPLATE": f"${{PORT}}-{ws.name}.{settings.dns_zone}",
                 },
+                editor_base_path=editor_base_path(ws.name, desired_config.EDITOR_PORT, workspaces_url),
             )
             config = desired_config.render(desired_config.resources(spec, inclusion))
         except DevfileError as exc:
