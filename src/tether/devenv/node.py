@@ -611,6 +611,27 @@ def _endpoints(api: KubeApi, namespace: str, service: str, address: str, ports: 
     )
 
 
+def import_image(record: dict[str, Any], archive: Path) -> None:
+    """Import an OCI archive (``make images``) into every real node's containerd, as the node's own images are.
+
+    Args:
+        record: the cluster's ``real_nodes`` record (:meth:`RealNodes.record`).
+        archive: the image archive, e.g. the workspace tools-injector image.
+
+    Raises:
+        tether.devenv.node_net.NodeNetworkError: ``ctr images import`` failed.
+        subprocess.TimeoutExpired: it took more than ten minutes.
+    """
+    for node in record.get("nodes", []):
+        args = [node_net.tool("ctr"), f"--address={Path(node['directory']) / 'containerd.sock'}", "--namespace=k8s.io"]
+        # Unpacking a few hundred MiB takes a while on a loaded machine: a bound well above it.
+        result = subprocess.run(
+            [*args, "images", "import", str(archive)], capture_output=True, text=True, timeout=600, check=False
+        )
+        if result.returncode != 0:
+            raise node_net.NodeNetworkError(f"ctr images import {archive} failed: {result.stderr.strip()}")
+
+
 def _ctr(socket_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [node_net.tool("ctr"), f"--address={socket_path}", "--namespace=k8s.io", *args],

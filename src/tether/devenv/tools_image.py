@@ -41,6 +41,7 @@ GL_TOOLS_DIR = "/projects/.gl-tools"
 _IN_IMAGE = "gl-tools"
 _LOADER = "ld-linux-x86-64.so.2"
 _SOURCES = Path(__file__).parent / "workspace_tools"
+_NOTIFICATIONS = "@jupyterlab/apputils-extension:notification"
 #: The image: the init container runs the injector on the Python it ships (the image has no other).
 TOOLS_IMAGE = images.ImageSpec(
     "workspace-tools",
@@ -74,6 +75,11 @@ def _stage(base: Path, site: Path, out: Path, key: str) -> None:
     shutil.rmtree(tools / "share/man", ignore_errors=True)
     shutil.rmtree(tools / "share/applications", ignore_errors=True)
     shutil.rmtree(tools / "share/icons", ignore_errors=True)
+    # No news or update checks: the workspace may have no internet, and the user did not ask.
+    settings = tools / "share/jupyter/lab/settings"
+    settings.mkdir(parents=True, exist_ok=True)
+    quiet = {_NOTIFICATIONS: {"fetchNews": "false", "checkForUpdates": False}}
+    (settings / "overrides.json").write_text(json.dumps(quiet))
     shutil.copy2(_SOURCES / "gl_prefix.py", lib / "python3/dist-packages/gl_prefix.py")
     (tools / "bin").mkdir()
     python = tools / "bin/python3.11"

@@ -30,6 +30,7 @@ from tether.devenv import pki
 from tether.devenv.cluster import LocalCluster, write_kubeconfig
 from tether.devenv.commands import console, ensure_binaries
 from tether.devenv.front_proxy import FrontProxyParameters, haproxy_binary, start_front_proxy
+from tether.devenv.oci import BUSYBOX_IMAGE
 from tether.devenv.process import EnvironmentProblem, ManagedProcess, ensure_port_free
 from tether.tool.secrets import write_base64_secret
 
@@ -255,6 +256,8 @@ async def bring_up(options: UpOptions, progress: Progress, running: Running) -> 
         TETHER_HUB_KAS_K8S_PROXY_URL=f"https://127.0.0.1:{KAS_PORTS['k8s_proxy']}/k8s-proxy/",
         # The console opens workspaces in kas' path form (no wildcard DNS on a laptop).
         TETHER_HUB_KAS_WORKSPACES_URL=f"http://127.0.0.1:{KAS_PORTS['workspaces']}/",
+        # No registry here: the default devfile runs on an image the local node has (the editor is injected).
+        TETHER_HUB_WORKSPACES_DEFAULT_IMAGE=BUSYBOX_IMAGE,
         TETHER_HUB_KAS_K8S_PROXY_CA_FILE=str(proxy_tls.ca_cert),
         # On, so that an upstream kas pointed at this hub serves agents their configuration (docs/interop.md).
         TETHER_HUB_GITALY_LISTEN=f"127.0.0.1:{GITALY_PORT}",

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from tether.devenv.tools_image import GL_TOOLS_DIR, TOOLS_IMAGE
+from tether.hub.db.workspaces import Workspace
+from tether.hub.workspaces.access import exposed_ports
 from tether.hub.workspaces.address import address, editor_base_path
 from tether.hub.workspaces.operations import url_port
 from tether.modules.remote_development.desired_config import (
@@ -119,6 +121,12 @@ def test_the_url_names_a_port_the_workspace_serves() -> None:
     assert url_port(parse_devfile(WITH_COMMAND)) == 60001
     assert url_port(parse_devfile(PLAIN)) == 8080
     assert default_devfile("localhost/tether/busybox:local").endswith("image: localhost/tether/busybox:local\n")
+
+
+def test_kas_is_told_the_editor_port_is_served() -> None:
+    assert exposed_ports(Workspace(devfile=DEFAULT_DEVFILE)) == [60001]
+    assert exposed_ports(Workspace(devfile=WITH_COMMAND)) == [8080, 60001]
+    assert exposed_ports(Workspace(devfile=PLAIN)) == [8080]
 
 
 def test_the_editor_serves_under_the_path_users_see() -> None:
