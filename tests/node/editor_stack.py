@@ -147,19 +147,6 @@ _TERMINAL_JS = """async ({base, samples}) => {
 }"""
 
 
-def new_terminal(page: Page, base: str) -> str:
-    """Start a terminal of the editor at ``base`` (its REST API, as its menu does); returns its name."""
-    made: Any = page.evaluate(
-        """async (base) => {
-          const xsrf = decodeURIComponent((document.cookie.match(/(?:^|; )_xsrf=([^;]+)/) || [, ""])[1]);
-          const answer = await fetch(base + "api/terminals", {method: "POST", headers: {"X-XSRFToken": xsrf}});
-          return (await answer.json()).name;
-        }""",
-        base,
-    )
-    return str(made)
-
-
 def terminal_round_trips(page: Page, base: str, samples: int) -> list[float]:
     """Run a command in a new terminal of the editor at ``base`` and time ``samples`` keystroke echoes (ms)."""
     result: Any = page.evaluate(_TERMINAL_JS, {"base": base, "samples": samples})

@@ -28,7 +28,6 @@ from tests.node.editor_stack import (
     create_from_console,
     editor_stack,
     expect_state,
-    new_terminal,
     open_editor,
     open_link,
     row,
@@ -94,7 +93,7 @@ def wait_for(check: object, limit_s: float, what: str) -> None:
 
 def edit_and_save(page: Page, base: str, file: str) -> None:
     page.goto(f"{base}lab/tree/{file}")
-    content = page.locator(".jp-FileEditor .cm-content")
+    content = page.locator(".jp-FileEditor:visible .cm-content")
     expect(content).to_contain_text("written by kubectl", timeout=EDITOR_WAIT_MS)
     content.click()
     page.keyboard.press("Control+End")
@@ -136,7 +135,9 @@ def test_a_workspace_from_the_console_default_devfile_with_its_editor(
 
     # A terminal of the editor: a command and its output over the WebSocket through kas.
     assert len(terminal_round_trips(editor, base, samples=3)) == 3
-    editor.goto(f"{base}lab/terminals/{new_terminal(editor, base)}")
+    editor.get_by_role("menuitem", name="File", exact=True).click()
+    editor.locator('li.lm-Menu-item[data-type="submenu"]', has_text="New").first.click()
+    editor.locator('li.lm-Menu-item[data-command="terminal:create-new"]').click()
     terminal = editor.locator(".jp-Terminal .xterm")
     expect(terminal).to_be_visible(timeout=EDITOR_WAIT_MS)
     terminal.click()
@@ -156,7 +157,7 @@ def test_a_workspace_from_the_console_default_devfile_with_its_editor(
     expect_state(page, NAME, "Running")
     open_editor(editor, url)
     editor.goto(f"{base}lab/tree/notes.txt")
-    expect(editor.locator(".jp-FileEditor .cm-content")).to_contain_text(EDIT, timeout=EDITOR_WAIT_MS)
+    expect(editor.locator(".jp-FileEditor:visible .cm-content")).to_contain_text(EDIT, timeout=EDITOR_WAIT_MS)
     shot(editor, "05-edit-kept-after-restart")
 
     # Terminate: the workspace's objects go, and the editor with them.

@@ -58,6 +58,36 @@ def _key(base: Path, requirements: str, epoch: int) -> str:
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
+#: Installed as dependencies, never used by the editor's server or its terminals; left out (fewer files to copy
+#: into each workspace): the debugger adapter, IPython's optional completion engine, setuptools.
+_UNUSED = ("debugpy", "jedi", "parso", "setuptools", "_distutils_hack", "distutils-precedence.pth")
+
+
+def _prune(site: Path) -> None:
+    """Drop :data:`_UNUSED` (packages and metadata) and babel's locales but English (the UI ships in English)."""
+    for name in _UNUSED:
+        for path in [site / name, *site.glob(f"{name}-*.dist-info")]:
+            shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+    for locale in (site / "babel/locale-data").glob("*.dat"):
+        if locale.stem != "root" and not locale.stem.startswith("en"):
+            locale.unlink()
+
+
+def _compile(tools: Path) -> None:
+    """Byte-compile the standard library and the packages (unchecked hashes: no timestamp, so reproducible).
+
+    Without them the editor compiles hundreds of modules at each first start, a minute on a loaded machine.
+    Paths in tracebacks are the runtime ones, under :data:`GL_TOOLS_DIR`.
+    """
+    python = [str(tools / "lib" / _LOADER), str(tools / "bin/python3.11"), "-I"]  # the copy's own interpreter
+    for tree in ("lib/python3.11", "lib/python3/dist-packages"):
+        run(
+            [*python, "-m", "compileall", "-q", "-j", "0", "--invalidation-mode", "unchecked-hash",
+             "-s", str(tools), "-p", GL_TOOLS_DIR, str(tools / tree)],
+            "compileall",
+        )  # fmt: skip
+
+
 def _stage(base: Path, site: Path, out: Path, key: str) -> None:
     """Lay out the image's root filesystem in ``out``: ``/gl-tools`` (the copy) and the mount points."""
     shutil.rmtree(out, ignore_errors=True)
@@ -68,6 +98,7 @@ def _stage(base: Path, site: Path, out: Path, key: str) -> None:
         shutil.copytree(base / libdir, lib, symlinks=True, dirs_exist_ok=True)
     shutil.copytree(base / "usr/lib/python3.11", lib / "python3.11", symlinks=True)
     shutil.copytree(site, lib / "python3/dist-packages", symlinks=True)
+    _prune(lib / "python3/dist-packages")
     # Wheels' data files (JupyterLab's built application, the server extensions' enabling configuration) land
     # beside the packages with ``--target``; Jupyter looks for them under ``sys.prefix``.
     for data in ("share", "etc"):
@@ -89,6 +120,7 @@ def _stage(base: Path, site: Path, out: Path, key: str) -> None:
     for script in ("gl-editor", "gl-tools-inject"):
         shutil.copy2(_SOURCES / script, tools / "bin" / script)
         (tools / "bin" / script).chmod(0o755)
+    _compile(tools)
     (tools / ".stamp").write_text(key + "\n")
     for mount_point in ("dev", "proc", "sys", "tmp", "projects"):
         (out / mount_point).mkdir()
