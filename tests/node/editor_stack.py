@@ -55,6 +55,7 @@ def editor_stack(
     """Start the stack on ``cluster`` (a real-node cluster); stop it afterwards."""
     import_image(cluster.real_nodes, build_tools_image(progress=lambda _line: None).archive)
     kubectl.run("create", "namespace", "tether-system", check=False)  # agentk's Lease namespace
+    directory.mkdir(parents=True, exist_ok=True)
     launcher = HubLauncher(directory, f"sqlite+aiosqlite:///{directory / 'hub.db'}")
     hub = launcher.prepare()
     (directory / "system").mkdir()

@@ -63,8 +63,19 @@ def _key(base: Path, requirements: str, epoch: int) -> str:
 _UNUSED = ("debugpy", "jedi", "parso", "setuptools", "_distutils_hack", "distutils-precedence.pth")
 
 
+#: Within JupyterLab's package: its built application again (served from ``share/jupyter/lab``, only "core
+#: mode" reads this copy) and its tests (its build configuration, ``staging``, is read at start).
+_JUPYTERLAB_UNUSED = ("static", "tests")
+
+
 def _prune(site: Path) -> None:
-    """Drop :data:`_UNUSED` (packages and metadata) and babel's locales but English (the UI ships in English)."""
+    """Drop what each workspace's first start would copy for nothing.
+
+    :data:`_UNUSED` (packages and metadata), JupyterLab's :data:`_JUPYTERLAB_UNUSED`, and babel's locales but
+    English (the UI ships in English).
+    """
+    for name in _JUPYTERLAB_UNUSED:
+        shutil.rmtree(site / "jupyterlab" / name)
     for name in _UNUSED:
         for path in [site / name, *site.glob(f"{name}-*.dist-info")]:
             shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
@@ -96,6 +107,7 @@ def _stage(base: Path, site: Path, out: Path, key: str) -> None:
     lib.mkdir(parents=True)
     for libdir in ("lib/x86_64-linux-gnu", "usr/lib/x86_64-linux-gnu"):
         shutil.copytree(base / libdir, lib, symlinks=True, dirs_exist_ok=True)
+    shutil.rmtree(lib / "gconv")  # glibc's iconv modules: Python's codecs do not use them
     shutil.copytree(base / "usr/lib/python3.11", lib / "python3.11", symlinks=True)
     shutil.copytree(site, lib / "python3/dist-packages", symlinks=True)
     _prune(lib / "python3/dist-packages")
