@@ -35,7 +35,8 @@ proto-check:
 pytest:
 	$(BIN)/pytest -p no:cacheprovider
 
-# Container images of kas, agentk and the hub as OCI archives in ~/.cache/tether/images (reused when unchanged).
+# Container images of kas, agentk, the hub and the front proxy as OCI archives in ~/.cache/tether/images
+# (reused when unchanged).
 images: bootstrap
 	$(BIN)/python -m tether.devenv.images
 	$(BIN)/python -m tether.devenv.tools_image

@@ -1,6 +1,7 @@
 """Image sizes for bench/results/deploy.json: `make images`, then the size of each image's root filesystem.
 
-Usage: python bench/deploy.py [--force]   (--force rebuilds every image and records the warm build times)
+Usage: python bench/deploy.py [--force] [NAME...]
+  --force rebuilds every image and records the warm build times; NAME...: only these images.
 
 Uncompressed size = the layer tar (the unpacked root filesystem), compressed = the gzip layer blob, both MiB.
 Other deploy.json metrics (issue 22's end-to-end figures) are kept: only the image entries are replaced.
@@ -22,13 +23,15 @@ def main() -> None:
     figures: dict[str, tuple[float, str]] = {}
     for line in out.splitlines():
         image = json.loads(line)
-        name = image["name"]
+        name = image["name"].replace("-", "_")  # front-proxy -> front_proxy_image_mib
         figures[f"{name}_image_mib"] = (round(image["uncompressed_bytes"] / 2**20, 1), "MiB")
         figures[f"{name}_image_compressed_mib"] = (round(image["compressed_bytes"] / 2**20, 1), "MiB")
     existing = json.loads(RESULTS.read_text()) if RESULTS.is_file() else []
-    kept = [entry for entry in existing if entry["metric"] not in figures]
     entries = [{"metric": m, "value": v, "unit": u} for m, (v, u) in figures.items()]
-    RESULTS.write_text(json.dumps(entries + kept, indent=2) + "\n")
+    # Replaced in place, new metrics appended: the file keeps its order (other sessions add their lines too).
+    by_metric = {entry["metric"]: entry for entry in entries}
+    updated = [by_metric.pop(entry["metric"], entry) for entry in existing]
+    RESULTS.write_text(json.dumps(updated + list(by_metric.values()), indent=2) + "\n")
     for entry in entries:
         print(f"{entry['metric']}: {entry['value']} {entry['unit']}")
 

@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+# Redis Sentinel (the failover test, bench/sentinel_failover.py): three sentinels watch a master and a replica.
+command -v redis-sentinel >/dev/null 2>&1 || missing+=(redis-sentinel)
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
 # The web console: npm fetches its browser libraries; the browser tests drive Debian's Chromium.
 command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)

@@ -32,7 +32,11 @@ def test_make_up_prints_the_console_first_and_its_token_signs_in(tmp_path: Path,
     log_path = tmp_path / "up.log"
     with log_path.open("w+") as log:
         up = subprocess.Popen(
-            [TETHER, "up", "--state-dir", str(tmp_path / "state")], stdout=log, stderr=subprocess.STDOUT, env=env
+            # kwok nodes and agentk on the host (named agentk-local): the console is what this test is about.
+            [TETHER, "up", "--kwok-only", "--state-dir", str(tmp_path / "state")],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
         )
     try:
         poll_sync(lambda: up.poll() is None and "Press Ctrl-C to stop." in log_path.read_text(), "tether up", 180)

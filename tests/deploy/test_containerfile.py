@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tether import __version__
-from tether.devenv.images import ENV, IMAGES, UID
+from tether.devenv.images import IMAGES, UID
 
 CONTAINERFILE = Path(__file__).resolve().parents[2] / "Containerfile"
 
@@ -49,7 +49,7 @@ def test_each_final_stage_matches_the_scripted_image(name: str) -> None:
     assert stage["COPY"] == f"--from=build /rootfs/{name}/ /"
     assert stage["USER"] == f"{UID}:{UID}"
     assert json.loads(stage["ENTRYPOINT"]) == list(IMAGES[name].entrypoint)
-    assert dict(pair.split("=", 1) for pair in shlex.split(stage["ENV"])) == ENV
+    assert dict(pair.split("=", 1) for pair in shlex.split(stage["ENV"])) == IMAGES[name].env
     labels = dict(pair.split("=", 1) for pair in shlex.split(stage["LABEL"]))
     assert labels["org.opencontainers.image.title"] == f"tether-{name}"
     assert labels["org.opencontainers.image.version"] == __version__

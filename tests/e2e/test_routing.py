@@ -194,7 +194,9 @@ class SlowPods(pods_grpc.PodsServicer):
 
 
 async def test_sigterm_lets_in_flight_calls_finish(system: System, kas_hub: RealHub, tokens: dict[str, int]) -> None:
-    kas1, kas2 = system.kas(), system.kas(routing={"shutdown_grace_period": "20s"})
+    # The agent dials kas 2 itself (no load balancer), so it cannot move to kas 1: kas 2 serves it until
+    # agent_move_timeout, then removes its entry, while the call in flight goes on.
+    kas1, kas2 = system.kas(), system.kas(routing={"shutdown_grace_period": "20s", "agent_move_timeout": "0.5s"})
     slow = SlowPods(delay_s=3.0)
     agent = EmbeddedAgent(kas2.agent_address.removeprefix("grpc://"), next(iter(tokens)))
     agent.add_servicer(pods_grpc.add_PodsServicer_to_server, slow)

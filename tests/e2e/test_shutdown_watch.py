@@ -7,6 +7,7 @@ the client talks to, and the gateway kas holding agentk's tunnel.
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 from tests.e2e.test_k8s_proxy_upgrade import client_tls
 from tests.fixtures.bulk_endpoint import Bulk, agent_behind
 from tests.fixtures.hub import RealHub
-from tests.fixtures.system import System
+from tests.fixtures.system import AgentkProc, System
 
 pytestmark = [pytest.mark.redis]
 
@@ -51,3 +52,32 @@ async def test_sigterm_ends_watches_with_a_terminating_chunk(
     print(f"{stopped}: watch ended cleanly {ended_s:.1f} s after SIGTERM ({events} more events)")
     assert ended_s <= grace_s + 1.0
     victim.wait_exit()
+
+
+async def test_a_tunnel_broken_mid_watch_ends_it_with_a_terminating_chunk(
+    system: System, kas_hub: RealHub, bulk: Bulk, tmp_path: Path
+) -> None:
+    """The gateway kas reports a tunnel that broke mid-watch as an error status; the watch still ends cleanly.
+
+    This is what cut ``test_sigterm_ends_watches_with_a_terminating_chunk[gateway_kas]`` once: at the end of
+    the gateway kas' grace period its agent listener may cancel the tunnel before its private listener
+    cancels the forwarded call; the gateway then answers an error status after the response head, which the
+    routing kas turned into a cut connection. Killing agentk breaks the tunnel in the same way, every time.
+    """
+    kas1, kas2 = system.kas(), system.kas()
+    agent_id, pat = await agent_behind(system, kas_hub, bulk, kas2, tmp_path)
+    agentk = next(p for p in reversed(system.started) if isinstance(p, AgentkProc))
+    async with (
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_tls(kas1))) as session,
+        session.get(
+            kas1.k8s_proxy_url + "api/v1/pods?watch=true",
+            headers={"Authorization": f"Bearer pat:{agent_id}:{pat}"},
+            timeout=aiohttp.ClientTimeout(total=60),
+        ) as response,
+    ):
+        assert response.status == 200
+        assert b"MODIFIED" in await response.content.readline()
+        os.kill(agentk.process.pid, signal.SIGKILL)
+        # A cut connection raises ClientPayloadError here; a clean end returns b"".
+        while await response.content.readline():
+            pass

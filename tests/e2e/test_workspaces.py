@@ -153,7 +153,7 @@ def test_failures_are_explained_and_agentk_restart_recreates_nothing(env: Env) -
     failing = env.create("e2e-pull-fails", FAILING_DEVFILE)
     refused = env.create("e2e-refused", REFUSED_DEVFILE)
     steady = env.create("e2e-steady")
-    # While its volume claim binds, the pod may first be reported Unschedulable (also Failed): wait for the pull.
+    # While its volume claim binds, the pod is Unschedulable (Starting, with that reason): wait for the pull.
     failed = poll_sync(
         lambda: (
             (w := env.workspace(failing["id"]))["actualState"] == "Failed"

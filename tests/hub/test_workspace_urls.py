@@ -2,7 +2,7 @@
 
 GraphQL's ``url`` follows ``kas.workspaces_url`` (the path form) as the console's Open link does, and names a
 port the workspace serves; the editor is told the path it is served under; a workspace created without a
-devfile gets GitLab's default devfile on the hub's ``workspaces.default_image``.
+devfile gets GitLab's default devfile on the hub's ``workspaces.default_devfile_image``.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ import yaml
 
 from tests.fixtures.hub import HubLauncher
 from tests.hub.workspace_helpers import CREATE, graphql, reconcile, workspace_setup
-from tether.hub.config import load_config
-from tether.modules.remote_development.devfile import DEFAULT_DEVFILE
 
 WORKSPACES_URL = "http://127.0.0.1:8156/"
 
@@ -24,15 +22,9 @@ def deployment(config: str) -> dict[str, Any]:
     return dict(found)
 
 
-def test_default_image_setting() -> None:
-    assert load_config(None, environ={}).workspaces.default_devfile == DEFAULT_DEVFILE
-    environ = {"TETHER_HUB_WORKSPACES_DEFAULT_IMAGE": "localhost/tether/busybox:local"}
-    assert "image: localhost/tether/busybox:local\n" in load_config(None, environ=environ).workspaces.default_devfile
-
-
 def test_graphql_url_follows_the_path_form_and_the_editor_knows_its_path(hub_launcher: HubLauncher) -> None:
     hub = hub_launcher.launch(
-        {"kas.workspaces_url": WORKSPACES_URL, "workspaces.default_image": "localhost/tether/busybox:local"}
+        {"kas.workspaces_url": WORKSPACES_URL, "workspaces.default_devfile_image": "localhost/tether/busybox:local"}
     )
     ws = workspace_setup(hub)
     no_devfile = {k: v for k, v in ws.create_input(name="editor-ws").items() if k != "devfile"}
@@ -42,7 +34,7 @@ def test_graphql_url_follows_the_path_form_and_the_editor_knows_its_path(hub_lau
     query = "query { workspaces { nodes { url devfile } } }"
     [listed] = graphql(hub, ws.setup.tokens["developer"], query).json()["data"]["workspaces"]["nodes"]
     assert listed["url"] == created["url"]
-    assert "image: localhost/tether/busybox:local\n" in listed["devfile"]
+    assert 'image: "localhost/tether/busybox:local"\n' in listed["devfile"]
 
     [info] = reconcile(hub, ws, {"update_type": "full", "workspace_agent_infos": []}).json()["workspace_rails_infos"]
     pod = deployment(info["config_to_apply"])["spec"]["template"]["spec"]

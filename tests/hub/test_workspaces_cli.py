@@ -121,3 +121,21 @@ def test_workspace_cli_wait_gives_up_with_the_state(hub: RealHub) -> None:
     assert result.returncode == 1
     assert "waits: CreationRequested" in result.stdout
     assert "still CreationRequested after 2 s (waiting for Running)" in result.stderr
+
+
+@pytest.mark.parametrize("hub_backend", ["sqlite"], indirect=True)
+def test_workspace_cli_wait_gives_a_failure_from_before_the_request_time_to_clear(hub: RealHub) -> None:
+    """An Error the workspace was in before ``start --wait`` may clear at the next partial reconciliation (the
+    hub retries it): it does not end the wait at once; the give-up message keeps its reason."""
+    ws = workspace_setup(hub)
+    token = ws.setup.tokens["developer"]
+    args = ("create", "--agent", str(ws.setup.agent_id), "--project", str(ws.setup.project_id), "--name", "stale")
+    created = run(hub, token, *args, "--output", "json")
+    number = json.loads(created.stdout)["id"].rsplit("/", 1)[1]
+    hub.db.execute(
+        "UPDATE workspaces SET actual_state = 'Error', actual_state_message = 'quota exceeded' WHERE id = :i",
+        i=int(number),
+    )
+    result = run(hub, token, "start", number, "--wait", "--timeout", "2")
+    assert result.returncode == 1 and "stale: Error (quota exceeded)" in result.stdout, result
+    assert "stale is still Error after 2 s (waiting for Running): quota exceeded" in result.stderr, result.stderr

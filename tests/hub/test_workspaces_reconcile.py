@@ -159,6 +159,52 @@ def test_error_details_and_failure_reasons_reach_the_user(hub: RealHub) -> None:
     assert node["actualStateMessage"] == 'ImagePullBackOff: Back-off pulling image "nope"'
 
 
+def partial(hub: RealHub, ws: WorkspaceSetup, *infos: dict[str, Any]) -> list[dict[str, Any]]:
+    return rails_infos(reconcile(hub, ws, {"update_type": "partial", "workspace_agent_infos": list(infos)}))
+
+
+def test_an_error_workspace_is_retried_at_every_partial_until_its_cause_is_fixed(hub: RealHub) -> None:
+    """Issue 23 item 4: an Error workspace returns to its desired state within one partial reconciliation.
+
+    Upstream sends it once and then only at the hourly full update. Here, while it is Error, every partial
+    answer carries all its resources and no resource version (agentk applies again and re-reports its
+    Deployment); objects refused as invalid are not retried and the reason says what the user must do.
+    """
+    ws = workspace_setup(hub)
+    created = create(hub, ws)
+    name, namespace = created["name"], created["namespace"]
+    rails_infos(reconcile(hub, ws, {"update_type": "full", "workspace_agent_infos": []}))
+    quota = 'deployments.apps "x" is forbidden: exceeded quota: q, requested: count/deployments.apps=1'
+    [answer] = partial(hub, ws, info(name, namespace, error_details={"error_type": "applier", "error_message": quota}))
+    assert answer["actual_state"] == "Error" and answer["deployment_resource_version"] is None
+    node = graphql(hub, ws.setup.tokens["developer"], LIST).json()["data"]["workspaces"]["nodes"][0]
+    assert node["actualStateMessage"].startswith(quota)
+    assert "agentk applies the workspace again at every partial reconciliation" in node["actualStateMessage"]
+    for _ in range(2):  # agentk has nothing new to say: the hub still sends everything again
+        [again] = partial(hub, ws)
+        assert f"Deployment/{name}" in kinds(again["config_to_apply"]), again
+        assert again["deployment_resource_version"] is None
+    # The quota is gone, the apply went through: agentk reports the Deployment, the workspace leaves Error.
+    [running] = partial(
+        hub,
+        ws,
+        info(
+            name, namespace, latest_k8s_deployment_info=deployment(name, namespace, "7", 1, 1, "NewReplicaSetAvailable")
+        ),
+    )
+    assert running["actual_state"] == "Running" and running["deployment_resource_version"] == "7"
+    assert partial(hub, ws) == []
+
+    invalid = 'Deployment.apps "x" is invalid: spec.template.spec.containers[0].ports[0].name: Invalid value'
+    [refused] = partial(
+        hub, ws, info(name, namespace, error_details={"error_type": "applier", "error_message": invalid})
+    )
+    assert refused["actual_state"] == "Error"
+    node = graphql(hub, ws.setup.tokens["developer"], LIST).json()["data"]["workspaces"]["nodes"][0]
+    assert "terminate this workspace and create a new one with a corrected devfile" in node["actualStateMessage"]
+    assert partial(hub, ws) == []  # no retry changes an invalid object
+
+
 def test_orphans_and_other_agents_workspaces_are_ignored(hub: RealHub) -> None:
     ws = workspace_setup(hub)
     created = create(hub, ws)

@@ -14,8 +14,10 @@ import pytest
 
 from tests.fixtures.hub import RealHub
 from tests.fixtures.k8s import Kubectl
+from tests.hub.test_workspaces_cli import run as cli
 from tests.hub.workspace_helpers import (
     FAILING_DEVFILE,
+    PV,
     REFUSED_DEVFILE,
     UPDATE,
     WorkspaceSetup,
@@ -120,6 +122,120 @@ async def test_failing_image_and_refused_apply(hub: RealHub, k8s_cluster: Cluste
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await kube.close()
+
+
+#: A data volume larger than the static volumes other tests leave behind: its claim waits until this test adds one.
+BIG_VOLUME_DEVFILE = """schemaVersion: 2.2.0
+components:
+  - name: tooling
+    container:
+      image: registry.example/tools:1
+  - name: data
+    volume: {size: 321Gi}
+"""
+
+
+def start_worker(hub: RealHub, ws: WorkspaceSetup, kube: KubeClient, grace_s: float) -> asyncio.Task[None]:
+    settings = SyncSettings(True, 0.5, 3600, unschedulable_grace_s=grace_s)
+    return asyncio.create_task(
+        RemoteDevelopmentWorker(kube, direct_request(hub, ws), ws.setup.agent_id, settings).run()
+    )
+
+
+async def stop_worker(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+@SQLITE_ONLY
+async def test_a_pod_waiting_for_its_volume_is_starting_and_fails_only_if_that_lasts(
+    hub: RealHub, k8s_cluster: ClusterInfo, kubectl: Kubectl
+) -> None:
+    """Issue 23 item 4: Unschedulable while a claim binds is Starting with its reason; lasting, Failed; then Running.
+
+    The claim has no volume to bind to until the test adds one (Immediate binding here; a WaitForFirstConsumer
+    provisioner still at work looks the same to the workspace). Before the grace, agentk's report was Failed.
+    """
+    ws = workspace_setup(hub)
+    created = create(hub, ws, name="it-unbound", devfile=BIG_VOLUME_DEVFILE)
+    name = created["name"]
+    kube = KubeClient(load_credentials(str(k8s_cluster.kubeconfig)))
+    task = start_worker(hub, ws, kube, grace_s=600)
+    pv = f"ws-pv-big-{name}"
+    try:
+
+        async def waiting() -> dict[str, Any] | None:
+            row = state(hub, name)
+            assert row["actual_state"] != "Failed", row
+            return row if "unbound immediate PersistentVolumeClaims" in row["actual_state_message"] else None
+
+        row = await poll(waiting, "the workspace waiting for its claim", limit=60, interval=0.2)
+        assert row["actual_state"] == "Starting", row
+        assert row["actual_state_message"].startswith("Unschedulable: 0/1 nodes are available")
+        assert row["actual_state_message"].endswith("(waiting: a failure if it lasts)")
+        for _ in range(6):  # several partial runs (0.5 s apart): still Starting, never Failed
+            await asyncio.sleep(0.5)
+            assert state(hub, name)["actual_state"] == "Starting"
+        # The same cause, lasting past the grace (a 1 s grace stands for a minute): Failed, with the same reason.
+        await stop_worker(task)
+        task = start_worker(hub, ws, kube, grace_s=1)
+        row = await wait_state(hub, name, "Failed")
+        assert row["actual_state_message"].startswith("Unschedulable: 0/1 nodes are available")
+        assert "unbound immediate PersistentVolumeClaims" in row["actual_state_message"]
+        # The cause goes away: the claim binds, the pod is scheduled, the workspace runs.
+        kubectl.run("apply", "-f", "-", input_text=PV.format(name=pv).replace("50Gi", "321Gi"))
+        row = await wait_state(hub, name, "Running", limit=120)
+        assert row["actual_state_message"] == ""
+    finally:
+        await stop_worker(task)
+        await kube.close()
+
+
+@SQLITE_ONLY
+async def test_an_error_workspace_runs_once_its_cause_is_fixed(
+    hub: RealHub, k8s_cluster: ClusterInfo, kubectl: Kubectl
+) -> None:
+    """Issue 23 item 4: a quota refuses the Deployment (Error); once it is gone the workspace runs within a
+    partial reconciliation (upstream waits for the hourly full one). ``--wait`` through it all: the failure
+    with its reason, an Error that predates the wait and clears, a restart, a stop."""
+    ws = workspace_setup(hub)
+    volumes(kubectl, 1)
+    token = ws.setup.tokens["developer"]
+    name, namespace = "it-quota", f"gl-rd-ns-{ws.setup.agent_id}-it-quota"  # the hub's rule for a named one
+    kubectl.run("create", "namespace", namespace)
+    quota = "{kind: ResourceQuota, apiVersion: v1, metadata: {name: no-deployments}, spec: {hard: {%s: '0'}}}"
+    kubectl.run("apply", "-n", namespace, "-f", "-", input_text=quota % "count/deployments.apps")
+    kube = KubeClient(load_credentials(str(k8s_cluster.kubeconfig)))
+    task = start_worker(hub, ws, kube, grace_s=60)
+    try:
+        args = ("create", "--agent", str(ws.setup.agent_id), "--project", str(ws.setup.project_id), "--name", name)
+        refused = await asyncio.to_thread(cli, hub, token, *args, "--wait", "--timeout", "60")
+        assert refused.returncode == 1 and f"{name}: CreationRequested" in refused.stdout, refused
+        assert f"{name} is Error, not Running: Deployment {namespace}/{name}: " in refused.stderr, refused
+        assert "exceeded quota: no-deployments" in refused.stderr
+        row = state(hub, name)
+        assert row["actual_state_message"].endswith("it returns to its desired state once the cause is fixed)")
+        number = str(hub.db.rows("SELECT id FROM workspaces WHERE name = :n", n=name)[0]["id"])
+        await asyncio.sleep(2)  # several partial runs: each applies again and is refused again
+        assert state(hub, name)["actual_state"] == "Error"
+
+        # The cause goes: the Error that predates this wait does not end it; the next partial run clears it.
+        kubectl.run("delete", "resourcequota", "no-deployments", "-n", namespace)
+        waited = await asyncio.to_thread(cli, hub, token, "start", number, "--wait", "--timeout", "60")
+        assert waited.returncode == 0, waited
+        assert waited.stdout.splitlines()[-1] == f"{name}: Running", waited.stdout
+        assert state(hub, name)["actual_state_message"] == ""
+
+        # A restart is waited for until the workspace runs again (not at once, while it still runs).
+        restarted = await asyncio.to_thread(cli, hub, token, "restart", number, "--wait", "--timeout", "60")
+        assert restarted.returncode == 0 and restarted.stdout.splitlines()[-1] == f"{name}: Running", restarted
+        assert state(hub, name)["desired_state"] == "Running"  # RestartRequested flipped: it did stop
+        stopped = await asyncio.to_thread(cli, hub, token, "stop", number, "--wait", "--timeout", "60")
+        assert stopped.returncode == 0 and stopped.stdout.splitlines()[-1] == f"{name}: Stopped", stopped
+    finally:
+        await stop_worker(task)
+        await kube.close()
+        kubectl.run("delete", "namespace", namespace, "--wait=false", check=False)
 
 
 async def test_applier_prunes_what_an_inventory_no_longer_holds(

@@ -17,6 +17,7 @@ from tests.interop.conftest import Factory
 from tests.interop.harness import PROJECT, Interop, answers_200
 from tests.interop.test_upstream_peers import AGENT_ACCESS
 from tests.support.polling import poll_sync
+from tether.devenv import upstream
 from tether.devenv.process import free_port
 
 pytestmark = [pytest.mark.k8s, pytest.mark.redis, pytest.mark.upstream]
@@ -33,6 +34,15 @@ def pat_token(credential_json: str) -> str:
     prefix, _agent, pat = token.split(":", 2)
     assert prefix == "pat"
     return str(pat)
+
+
+def test_glab_prints_its_released_version(upstream_bins: upstream.UpstreamBinaries) -> None:
+    """Issue 22 item 6: the built glab is stamped as glab's Makefile stamps a release (not ``glab DEV ()``)."""
+    result = subprocess.run(
+        [str(upstream_bins.glab), "version"], check=False, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "glab 1.72.0 (294f0726)\n"
 
 
 def test_glab_cluster_commands(interop_env: Factory, kubectl: Kubectl, k8s_namespace: str) -> None:

@@ -68,7 +68,7 @@ def editor_stack(
             {
                 "kas.api_address": kas.api_target,
                 "kas.workspaces_url": f"http://127.0.0.1:{port}/",
-                "workspaces.default_image": BUSYBOX_IMAGE,
+                "workspaces.default_devfile_image": BUSYBOX_IMAGE,
             },
         )
         setup = project_with_agent(hub, roles=("developer",))

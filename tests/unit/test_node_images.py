@@ -21,7 +21,7 @@ def test_same_busybox_gives_the_same_digests(tmp_path: Path) -> None:
     second = oci.write_node_images(tmp_path / "b.tar")
     assert first == second
     assert (tmp_path / "a.tar").read_bytes() == (tmp_path / "b.tar").read_bytes()
-    assert set(first) == {oci.PAUSE_IMAGE, oci.BUSYBOX_IMAGE}
+    assert set(first) == {oci.PAUSE_IMAGE, oci.BUSYBOX_IMAGE, oci.WORKSPACE_IMAGE}
 
 
 def test_archive_is_an_oci_layout_naming_both_images(tmp_path: Path) -> None:

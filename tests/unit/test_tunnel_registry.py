@@ -213,3 +213,61 @@ async def test_tunnels_with_equal_descriptors_share_one_method_set() -> None:
     other = tunnel(3, ((SERVICE, METHOD), ("gitlab.agent.graph.rpc.Graph", "Watch")))
     assert other.methods is not first.methods and other.supports("gitlab.agent.graph.rpc.Graph", "Watch")
     assert not first.supports("gitlab.agent.graph.rpc.Graph", "Watch")
+
+
+async def test_drain_moves_each_agent_make_before_break() -> None:
+    """One idle tunnel per agent ends at once; the rest serve until the agent has tunnels on another kas."""
+    tracker = RecordingTracker()
+    registry = TunnelRegistry(tracker)
+    a1, a2, b1 = tunnel(1), tunnel(1), tunnel(2)
+    holders = [asyncio.create_task(registry.handle_tunnel(t, 60)) for t in (a1, a2, b1)]
+    await settle()
+    elsewhere = {1: False, 2: True}  # agent 2 already has tunnels on another kas
+
+    async def has_tunnels_elsewhere(agent_id: int) -> bool:
+        return elsewhere[agent_id]
+
+    draining = asyncio.create_task(registry.drain(has_tunnels_elsewhere, timeout_s=10))
+    await settle()
+    assert a1.finished.done() and a1.finished.result() is None, "one of agent 1's tunnels ends with OK at once"
+    assert not a2.finished.done(), "agent 1 keeps a tunnel here until it has moved"
+    assert b1.finished.done(), "agent 2 is elsewhere already: its tunnels end now"
+    assert ("unregister", 2) in tracker.calls
+    # A tunnel arriving while draining (it raced the listener's stop) ends with OK: agentk opens it again at once.
+    assert await registry.handle_tunnel(tunnel(1), 60) is None
+    handle = registry.find(1, SERVICE, METHOD)
+    assert handle.found_now and await handle.get() is a2, "the remaining tunnel still serves"
+    handle.done()  # unused: back to the registry
+    assert not draining.done()
+    registry.moved(1)  # another kas announced agent 1's tunnels
+    assert await asyncio.wait_for(draining, 1) == 0
+    assert a2.finished.done() and ("unregister", 1) in tracker.calls
+    with pytest.raises(RegistryStopped):
+        registry.find(1, SERVICE, METHOD)
+    await asyncio.gather(*holders)
+
+
+async def test_drain_gives_up_on_agents_that_do_not_move() -> None:
+    registry = TunnelRegistry(None)
+    a1, a2 = tunnel(1), tunnel(1)
+    holders = [asyncio.create_task(registry.handle_tunnel(t, 60)) for t in (a1, a2)]
+    await settle()
+
+    async def nowhere(_agent_id: int) -> bool:
+        raise ConnectionError("Redis away")
+
+    assert await registry.drain(nowhere, timeout_s=0.05) == 1
+    await registry.stop()
+    await asyncio.gather(*holders)
+    assert a2.finished.result() is None
+
+
+async def test_moved_does_nothing_unless_draining() -> None:
+    registry = TunnelRegistry(None)
+    t = tunnel(1)
+    holder = asyncio.create_task(registry.handle_tunnel(t, 60))
+    await settle()
+    registry.moved(1)
+    assert registry.idle_count(1) == 1 and not t.finished.done()
+    holder.cancel()
+    await asyncio.gather(holder, return_exceptions=True)

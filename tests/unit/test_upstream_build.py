@@ -43,3 +43,23 @@ def test_cache_problems(tmp_path: Path) -> None:
         (tmp_path / name).write_text("#!/bin/sh\n")
         (tmp_path / name).chmod(0o755)
     assert upstream.cache_problem(tmp_path) is None
+
+
+def test_a_component_is_reused_only_when_its_recipe_and_sources_are_unchanged(tmp_path: Path) -> None:
+    """A cache from before glab was stamped builds glab again but keeps kas and agentk (18 minutes on 2 cores)."""
+    agent, glab = upstream._STEPS
+    digests = {upstream.AGENT_TARBALL: "a", upstream.AGENT_PATCH: "p", upstream.GLAB_TARBALL: "g"}
+    for name in upstream.BINARIES:
+        (tmp_path / name).write_text("#!/bin/sh\n")
+        (tmp_path / name).chmod(0o755)
+    unstamped = {"gitlab_agent": upstream.AGENT_VERSION, "glab": upstream.GLAB_VERSION}
+    manifest = dict(unstamped, sources=digests, build_seconds={"gitlab-agent": 1098.0, "glab": 372.2})
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    assert "glab_stamp is None" in str(upstream.cache_problem(tmp_path))
+    assert upstream.reusable(tmp_path, agent, digests) == 1098.0
+    assert upstream.reusable(tmp_path, glab, digests) is None
+    assert upstream.reusable(tmp_path, agent, {**digests, upstream.AGENT_PATCH: "changed"}) is None
+    (tmp_path / "kas").unlink()
+    assert upstream.reusable(tmp_path, agent, digests) is None
+    (tmp_path / "manifest.json").write_text(json.dumps(dict(manifest, **upstream.expected_manifest())))
+    assert upstream.reusable(tmp_path, glab, digests) == 372.2

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-__all__ = ["DEBIAN_SUITE", "RUNTIME_PACKAGES", "ImageBuildError", "base_rootfs", "run"]
+__all__ = ["DEBIAN_SUITE", "FRONT_PROXY_PACKAGES", "RUNTIME_PACKAGES", "ImageBuildError", "base_rootfs", "run"]
 
 Progress = Callable[[str], None]
 
@@ -73,6 +73,30 @@ RUNTIME_PACKAGES: tuple[str, ...] = (
     "zlib1g",
 )
 
+#: The front proxy's image (HAProxy before kas' agent listener, ``deploy/front-proxy/``): Debian's ``haproxy``
+#: and the shared libraries ``/usr/sbin/haproxy`` loads (``ldd``), base-files for /etc/os-release. No Python.
+FRONT_PROXY_PACKAGES: tuple[str, ...] = (
+    "base-files",
+    "gcc-12-base",
+    "haproxy",
+    "libc6",
+    "libcap2",
+    "libcrypt1",
+    "libgcc-s1",
+    "libgcrypt20",
+    "libgpg-error0",
+    "liblua5.3-0",
+    "liblz4-1",
+    "liblzma5",
+    "libopentracing-c-wrapper0",
+    "libopentracing1",
+    "libpcre2-8-0",
+    "libssl3",
+    "libstdc++6",
+    "libsystemd0",
+    "libzstd1",
+)
+
 #: Package files left out of the image: documentation (but each package's ``copyright`` stays), manuals,
 #: translations, bug-report and lintian metadata, Python's test suite and IDLE.
 _EXCLUDED = re.compile(
@@ -114,20 +138,20 @@ def _deb_files(deb: Path) -> list[str]:
         return [m.name.removeprefix("./").rstrip("/") for m in tar if m.name not in (".", "./")]
 
 
-def _allowed_paths(archives: Path) -> tuple[set[str], str]:
-    """Every path the allow-listed packages ship (minus :data:`_EXCLUDED`) and Debian's Python version."""
+def _allowed_paths(archives: Path, packages: Sequence[str]) -> tuple[set[str], str]:
+    """Every path ``packages`` ship (minus :data:`_EXCLUDED`) and Debian's Python version ("" without Python)."""
     allowed: set[str] = set()
     python_version = ""
     found: set[str] = set()
     for deb in sorted(archives.glob("*.deb")):
         package, version = deb.name.split("_")[:2]
-        if package not in RUNTIME_PACKAGES:
+        if package not in packages:
             continue
         found.add(package)
         if package == "python3.11-minimal":
             python_version = version.split("-")[0]
         allowed.update(p for p in _deb_files(deb) if not _EXCLUDED.match(p))
-    missing = sorted(set(RUNTIME_PACKAGES) - found)
+    missing = sorted(set(packages) - found)
     if missing:
         raise ImageBuildError(f"mmdebstrap did not download {', '.join(missing)}: check the package names")
     return allowed, python_version
@@ -149,24 +173,33 @@ def _prune(root: Path, allowed: set[str]) -> None:
                     os.rmdir(path)
 
 
-def base_rootfs(cache: Path, epoch: int, progress: Progress) -> tuple[Path, str]:
-    """The pruned Debian rootfs in ``cache`` (kept per package list) and its Python version (``3.11.2``).
+def base_rootfs(
+    cache: Path, epoch: int, progress: Progress, packages: Sequence[str] = RUNTIME_PACKAGES
+) -> tuple[Path, str]:
+    """The pruned Debian rootfs of ``packages`` in ``cache`` and its Python version (``3.11.2``; "" without).
+
+    Each package list has its own rootfs (``base-<key>`` for :data:`RUNTIME_PACKAGES`, ``base-<main
+    package>-<key>`` for another list such as :data:`FRONT_PROXY_PACKAGES`); an outdated one of the same list
+    is removed.
 
     Raises:
         ImageBuildError: mmdebstrap or dpkg-deb failed, or an allow-listed package is missing.
     """
-    key = hashlib.sha256(
-        json.dumps([DEBIAN_SUITE, DEBIAN_MIRROR, RUNTIME_PACKAGES, _EXCLUDED.pattern, epoch]).encode()
-    ).hexdigest()[:16]
-    base = cache / f"base-{key}"
+    packages = tuple(packages)
+    key = hashlib.sha256(json.dumps([DEBIAN_SUITE, DEBIAN_MIRROR, packages, _EXCLUDED.pattern, epoch]).encode())
+    # The Python list keeps its historical name, so caches built before other lists existed stay valid.
+    prefix = "base" if packages == RUNTIME_PACKAGES else f"base-{_list_name(packages)}"
+    base = cache / f"{prefix}-{key.hexdigest()[:16]}"
     info = base.with_suffix(".json")
     if base.is_dir() and info.is_file():
         return base, str(json.loads(info.read_text())["python"])
-    for old in cache.glob("base-*"):
-        shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink()
-    partial = cache / f".partial-base-{key}"
+    same_list = re.compile(re.escape(prefix) + r"-[0-9a-f]{16}(?:\.json)?")
+    for old in cache.iterdir():
+        if same_list.fullmatch(old.name):
+            shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink()
+    partial = cache / f".partial-{base.name}"
     shutil.rmtree(partial, ignore_errors=True)
-    progress(f"images: mmdebstrap {DEBIAN_SUITE} ({len(RUNTIME_PACKAGES)} packages) into {base}")
+    progress(f"images: mmdebstrap {DEBIAN_SUITE} ({len(packages)} packages) into {base}")
     started = time.monotonic()
     env = dict(os.environ, SOURCE_DATE_EPOCH=str(epoch))
     run(
@@ -177,7 +210,7 @@ def base_rootfs(cache: Path, epoch: int, progress: Progress) -> tuple[Path, str]
             "--variant=extract",
             "--format=directory",
             "--skip=cleanup/apt/cache",
-            "--include=" + ",".join(RUNTIME_PACKAGES),
+            "--include=" + ",".join(packages),
             DEBIAN_SUITE,
             str(partial),
             DEBIAN_MIRROR,
@@ -185,11 +218,16 @@ def base_rootfs(cache: Path, epoch: int, progress: Progress) -> tuple[Path, str]
         "mmdebstrap",
         env=env,
     )
-    allowed, python_version = _allowed_paths(partial / "var/cache/apt/archives")
-    if not python_version.startswith("3.11."):
+    allowed, python_version = _allowed_paths(partial / "var/cache/apt/archives", packages)
+    if "python3.11-minimal" in packages and not python_version.startswith("3.11."):
         raise ImageBuildError(f"Debian's python3.11-minimal has version {python_version!r}, expected 3.11.x")
     _prune(partial, allowed)
     partial.rename(base)
-    info.write_text(json.dumps({"python": python_version, "packages": list(RUNTIME_PACKAGES)}))
-    progress(f"images: base rootfs ready ({time.monotonic() - started:.0f}s, Python {python_version})")
+    info.write_text(json.dumps({"python": python_version, "packages": list(packages)}))
+    progress(f"images: base rootfs ready ({time.monotonic() - started:.0f}s, Python {python_version or 'none'})")
     return base, python_version
+
+
+def _list_name(packages: Sequence[str]) -> str:
+    """A readable name for a package list other than Python's: its main package (``haproxy``)."""
+    return next((p for p in packages if not p.startswith(("base-", "gcc-", "lib"))), "other")

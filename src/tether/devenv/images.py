@@ -1,4 +1,4 @@
-"""Container images for kas, agentk and the hub, built without a container daemon (issue 22 item 2).
+"""Container images for kas, agentk, the hub and the front proxy, built without a container daemon (issue 22 item 2).
 
 Recipe (``../shared/reference/deployment.md`` §1):
 
@@ -12,6 +12,8 @@ Recipe (``../shared/reference/deployment.md`` §1):
    ``/usr/local/lib/python3.11/dist-packages``: the package without extras for kas and agentk (README), with
    the ``hub`` extra for the hub. No ``.pyc`` files: their timestamps break reproducibility and a
    read-only root cannot take them anyway (``PYTHONDONTWRITEBYTECODE``).
+   The front proxy's image (HAProxy before kas' agent listener, ``deploy/front-proxy/``) skips this step: it
+   is :data:`FRONT_PROXY_PACKAGES` alone, with HAProxy as its entrypoint and no Python.
 3. One layer tar written in a reproducible way (``image_tar.py``: sorted names, owner root, every mtime
    ``SOURCE_DATE_EPOCH``), then the OCI image layout by ``umoci`` (Debian's): ``raw add-layer`` and
    ``config`` (user 65532, entrypoint, environment, OCI labels, fixed creation time, no history).
@@ -44,12 +46,21 @@ from pathlib import Path
 
 from tether import __version__
 from tether.devenv.assets import cache_root
-from tether.devenv.image_rootfs import DEBIAN_SUITE, RUNTIME_PACKAGES, ImageBuildError, base_rootfs, run
+from tether.devenv.image_rootfs import (
+    DEBIAN_SUITE,
+    FRONT_PROXY_PACKAGES,
+    RUNTIME_PACKAGES,
+    ImageBuildError,
+    base_rootfs,
+    run,
+)
 from tether.devenv.image_tar import reproducible_tar
 
 __all__ = [
+    "BASE_ENV",
     "DEFAULT_EPOCH",
     "ENV",
+    "FRONT_PROXY_CONFIG",
     "IMAGES",
     "RUNTIME_PACKAGES",
     "UID",
@@ -73,14 +84,12 @@ LAUNCHER = "usr/local/bin/tether"
 #: Image repository prefix; the tag is the package version (``localhost/tether/agentk:0.1.0``).
 REPOSITORY = "localhost/tether"
 
-#: Environment of every image: no bytecode writes (read-only root), logs unbuffered, a writable HOME.
-ENV: dict[str, str] = {
-    "PATH": "/usr/local/bin:/usr/bin:/bin",
-    "LANG": "C.UTF-8",
-    "HOME": "/tmp",
-    "PYTHONDONTWRITEBYTECODE": "1",
-    "PYTHONUNBUFFERED": "1",
-}
+#: Environment of every image: a writable HOME (the root is read-only).
+BASE_ENV: dict[str, str] = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp"}
+#: Environment of the Python images: also no bytecode writes (read-only root) and unbuffered logs.
+ENV: dict[str, str] = {**BASE_ENV, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
+#: Where the front proxy's image reads its HAProxy configuration (the chart mounts a ConfigMap there).
+FRONT_PROXY_CONFIG = "/etc/tether/front-proxy/haproxy.cfg"
 
 
 @dataclass(frozen=True)
@@ -88,21 +97,31 @@ class ImageSpec:
     """One image: its name, the wheel extra it installs and the process it runs.
 
     Attributes:
-        name: image name (``agentk``, ``kas``, ``hub``); the repository is ``localhost/tether/<name>``.
+        name: image name (``agentk``, ``kas``, ``hub``, ``front-proxy``); the repository is
+            ``localhost/tether/<name>``.
         extra: the ``tether`` extra installed besides the base dependencies (None: none).
         entrypoint: the container's entrypoint (argv).
         description: the ``org.opencontainers.image.description`` label.
+        packages: the Debian packages of its root filesystem (:data:`RUNTIME_PACKAGES` for Tether's own).
+        python: whether Tether's wheel and its dependencies are installed (False: Debian packages only).
     """
 
     name: str
     extra: str | None
     entrypoint: tuple[str, ...]
     description: str
+    packages: tuple[str, ...] = RUNTIME_PACKAGES
+    python: bool = True
 
     @property
     def reference(self) -> str:
         """The image reference recorded in the archive, e.g. ``localhost/tether/agentk:0.1.0``."""
         return f"{REPOSITORY}/{self.name}:{__version__}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The image's environment: :data:`ENV` for the Python images, :data:`BASE_ENV` otherwise."""
+        return ENV if self.python else BASE_ENV
 
 
 IMAGES: dict[str, ImageSpec] = {
@@ -111,6 +130,15 @@ IMAGES: dict[str, ImageSpec] = {
         ImageSpec("agentk", None, ("/" + LAUNCHER, "agentk"), "Tether agentk: the agent in the cluster"),
         ImageSpec("kas", None, ("/" + LAUNCHER, "kas"), "Tether kas: the agent server"),
         ImageSpec("hub", "hub", ("/" + LAUNCHER, "hub", "serve"), "Tether hub: the control plane"),
+        # -db: HAProxy stays in the foreground as the container's one process (no daemon, no master).
+        ImageSpec(
+            "front-proxy",
+            None,
+            ("/usr/sbin/haproxy", "-db", "-f", FRONT_PROXY_CONFIG),
+            "Tether front proxy: HAProxy before kas' agent listener",
+            packages=FRONT_PROXY_PACKAGES,
+            python=False,
+        ),
     )
 }
 
@@ -256,15 +284,15 @@ def _strip(target: Path) -> None:
         stripped.replace(path)
 
 
-def _extra_files() -> dict[str, tuple[int, bytes]]:
-    """Files the image adds besides packages: ``path -> (mode, content)``."""
+def _extra_files(python: bool) -> dict[str, tuple[int, bytes]]:
+    """Files the image adds besides packages: ``path -> (mode, content)``; the launcher only with Python."""
     launcher = (
         "#!/usr/bin/python3.11\n"
         "# Tether's console script (the wheel's [project.scripts] entry point).\n"
         "import sys\n\nfrom tether.cli import main\n\nsys.exit(main())\n"
     )
     return {
-        LAUNCHER: (0o755, launcher.encode()),
+        **({LAUNCHER: (0o755, launcher.encode())} if python else {}),
         "etc/passwd": (0o644, f"root:x:0:0::/root:/nonexistent\nnonroot:x:{UID}:{UID}::/tmp:/nonexistent\n".encode()),
         "etc/group": (0o644, f"root:x:0:\nnonroot:x:{UID}:\n".encode()),
         "etc/nsswitch.conf": (0o644, b"passwd: files\ngroup: files\nhosts: files dns\n"),
@@ -279,20 +307,29 @@ def _ca_bundle(rootfs: Path) -> bytes:
     return b"".join(c.read_bytes().rstrip(b"\n") + b"\n" for c in certs)
 
 
-def stage(base: Path, site: Path, out: Path) -> None:
+def stage(base: Path, site: Path | None, out: Path) -> None:
     """Assemble the image's root filesystem in ``out`` (a fresh directory): base, packages, extra files.
 
-    The Containerfile's build stage gets the same through :func:`stage_rootfs` (``--rootfs-dir``).
+    ``site`` holds the Python packages; None for an image without Python (the front proxy), which also gets
+    no launcher and no CA bundle. The Containerfile's build stage gets the same through :func:`stage_rootfs`
+    (``--rootfs-dir``).
     """
     shutil.rmtree(out, ignore_errors=True)
     shutil.copytree(base, out, symlinks=True)
     shutil.rmtree(out / "var/cache/apt", ignore_errors=True)
-    shutil.copytree(site, out / SITE_PACKAGES, symlinks=True, dirs_exist_ok=True)
-    for rel, (mode, content) in _extra_files().items():
+    if site is not None:
+        shutil.copytree(site, out / SITE_PACKAGES, symlinks=True, dirs_exist_ok=True)
+    for rel, (mode, content) in _extra_files(site is not None).items():
         path = out / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content)
         path.chmod(mode)
+    # Mount points must exist in the image: a read-only root cannot get them created at start.
+    for mount_point in ("dev", "proc", "sys", "run", "tmp"):
+        (out / mount_point).mkdir(exist_ok=True)
+    (out / "tmp").chmod(0o1777)
+    if site is None:
+        return
     bundle = out / "etc/ssl/certs/ca-certificates.crt"
     bundle.parent.mkdir(parents=True, exist_ok=True)
     bundle.write_bytes(_ca_bundle(out))
@@ -301,10 +338,6 @@ def stage(base: Path, site: Path, out: Path) -> None:
     ssl_dir.mkdir(parents=True, exist_ok=True)
     (ssl_dir / "cert.pem").symlink_to("/etc/ssl/certs/ca-certificates.crt")
     (ssl_dir / "certs").symlink_to("/etc/ssl/certs")
-    # Mount points must exist in the image: a read-only root cannot get them created at start.
-    for mount_point in ("dev", "proc", "sys", "run", "tmp"):
-        (out / mount_point).mkdir(exist_ok=True)
-    (out / "tmp").chmod(0o1777)
 
 
 # --- 3. layer and OCI archive ------------------------------------------------------------------------------
@@ -341,7 +374,7 @@ def _oci_archive(spec: ImageSpec, layer: Path, work: Path, out: Path, epoch: int
     config = ["umoci", "config", "--no-history", "--image", image, "--created", created, "--author", "Tether"]
     config += ["--architecture", "amd64", "--os", "linux", "--config.user", f"{UID}:{UID}", "--config.workingdir", "/"]
     config += [f"--config.entrypoint={arg}" for arg in spec.entrypoint]
-    config += [f"--config.env={k}={v}" for k, v in ENV.items()]
+    config += [f"--config.env={k}={v}" for k, v in spec.env.items()]
     config += [f"--config.label={k}={v}" for k, v in _labels(spec, epoch, source_digest).items()]
     run(config, "umoci config")
     run(["umoci", "gc", "--layout", str(layout)], "umoci gc")
@@ -398,16 +431,19 @@ def build_images(
     epoch = _epoch()
     built: list[BuiltImage] = []
     with _exclusive(cache / ".build.lock", progress):
-        base, python_version = base_rootfs(cache, _epoch(), progress)
         work = cache / "work"
-        wheel = _wheel(root, work / "wheel")
-        wheel_digest = _digest_file(wheel)
+        wheel: Path | None = None
+        if any(IMAGES[name].python for name in names):
+            wheel = _wheel(root, work / "wheel")
+        wheel_digest = _digest_file(wheel) if wheel is not None else ""
         for name in names:
             spec = IMAGES[name]
-            requirements = _requirements(root, spec.extra)
-            key = hashlib.sha256(
-                json.dumps([wheel_digest, requirements, base.name, _recipe_digest(), epoch, spec.reference]).encode()
-            ).hexdigest()
+            base, python_version = base_rootfs(cache, epoch, progress, spec.packages)
+            requirements = _requirements(root, spec.extra) if spec.python else ""
+            inputs: list[object] = [base.name, _recipe_digest(), epoch, spec.reference]
+            if spec.python:
+                inputs = [wheel_digest, requirements, *inputs]
+            key = hashlib.sha256(json.dumps(inputs).encode()).hexdigest()
             target = cache / name
             record = target / "image.json"
             if not force and record.is_file():
@@ -419,10 +455,12 @@ def build_images(
                     continue
             progress(f"images: building {spec.reference}")
             started = time.monotonic()
-            req_file = work / f"requirements-{name}.txt"
-            req_file.write_text(requirements)
-            site = work / f"site-{name}"
-            _install_site(site, req_file, wheel, python_version)
+            site: Path | None = None
+            if spec.python and wheel is not None:
+                req_file = work / f"requirements-{name}.txt"
+                req_file.write_text(requirements)
+                site = work / f"site-{name}"
+                _install_site(site, req_file, wheel, python_version)
             rootfs = work / f"rootfs-{name}"
             stage(base, site, rootfs)
             layer = work / f"layer-{name}.tar"
@@ -430,7 +468,10 @@ def build_images(
             shutil.rmtree(target, ignore_errors=True)
             target.mkdir()
             archive_name = f"tether-{name}-{__version__}.oci.tar"
-            digest = _oci_archive(spec, layer, work, target / archive_name, epoch, wheel_digest[:12])
+            # The revision label: the wheel's digest, or the recipe's for an image without Tether's code (never
+            # the wheel's there: the image would then change with the sources it does not contain).
+            revision = wheel_digest[:12] if spec.python else hashlib.sha256(_recipe_digest().encode()).hexdigest()[:12]
+            digest = _oci_archive(spec, layer, work, target / archive_name, epoch, revision)
             compressed = _layer_blob_size(work / "layout")
             saved = {
                 "key": key,
@@ -442,7 +483,7 @@ def build_images(
                 "build_seconds": round(time.monotonic() - started, 1),
             }
             record.write_text(json.dumps(saved, indent=2))
-            for leftover in (site, rootfs, layer, work / "layout"):
+            for leftover in (*([site] if site else []), rootfs, layer, work / "layout"):
                 shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink()
             progress(f"images: {spec.reference} {digest} ({size / 2**20:.1f} MiB, {saved['build_seconds']}s)")
             built.append(_built(name, target, saved, cached=False))
@@ -458,14 +499,17 @@ def stage_rootfs(names: Sequence[str], out: Path, progress: Progress = print) ->
     root = _repo_root()
     cache = Path(tempfile.mkdtemp(prefix="tether-images-"))
     try:
-        base, python_version = base_rootfs(cache, _epoch(), progress)
-        wheel = _wheel(root, cache / "wheel")
+        wheel = _wheel(root, cache / "wheel") if any(IMAGES[name].python for name in names) else None
         for name in names:
             spec = IMAGES[name]
-            requirements = cache / f"requirements-{name}.txt"
-            requirements.write_text(_requirements(root, spec.extra))
-            _install_site(cache / f"site-{name}", requirements, wheel, python_version)
-            stage(base, cache / f"site-{name}", out / name)
+            base, python_version = base_rootfs(cache, _epoch(), progress, spec.packages)
+            site: Path | None = None
+            if spec.python and wheel is not None:
+                requirements = cache / f"requirements-{name}.txt"
+                requirements.write_text(_requirements(root, spec.extra))
+                site = cache / f"site-{name}"
+                _install_site(site, requirements, wheel, python_version)
+            stage(base, site, out / name)
             progress(f"images: {name} root filesystem in {out / name}")
     finally:
         shutil.rmtree(cache, ignore_errors=True)

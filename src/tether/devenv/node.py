@@ -558,6 +558,16 @@ class RealNodes:
             f"provisioning StorageClass {STORAGE_CLASS} (default) under {storage}",
         )
 
+    def import_image(self, archive: Path) -> None:
+        """Load an OCI archive (``make images``) into every node's containerd, as a registry pull would.
+
+        Raises:
+            tether.devenv.node_net.NodeNetworkError: ``ctr images import`` failed (with its error output).
+        """
+        for net in self.nets:
+            socket_path = self._node_dir(net) / "containerd.sock"
+            node_net.run("ctr", f"--address={socket_path}", "--namespace=k8s.io", "images", "import", str(archive))
+
     def stop(self) -> None:
         """Stop the add-ons and every node, and remove their containers, mounts and networks."""
         for proc in reversed(self.host_processes):

@@ -24,6 +24,9 @@ from tether.devenv.process import EnvironmentProblem
 BUSYBOX = Path("/bin/busybox")
 PAUSE_IMAGE = "localhost/tether/pause:local"
 BUSYBOX_IMAGE = "localhost/tether/busybox:local"
+#: A development environment that runs until stopped (busybox's shell and tools): the image of the default
+#: devfile under ``tether up``, whose workspaces cannot pull GitLab's workspace image without a registry.
+WORKSPACE_IMAGE = "localhost/tether/workspace:local"
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # The sandbox's only job is to hold the pod's namespaces until it is told to stop (and reap orphans, as sh does).
 _PAUSE_CMD = ["/bin/sh", "-c", "trap 'exit 0' TERM INT; while true; do sleep 3600 & wait $!; done"]
@@ -81,13 +84,13 @@ def _json_blob(media_type: str, value: object) -> _Blob:
     return _Blob(media_type, json.dumps(value, sort_keys=True, separators=(",", ":")).encode())
 
 
-def _image(layer: _Blob, cmd: list[str]) -> tuple[_Blob, _Blob]:
+def _image(layer: _Blob, cmd: list[str], workdir: str = "/") -> tuple[_Blob, _Blob]:
     config = _json_blob(
         "application/vnd.oci.image.config.v1+json",
         {
             "architecture": "amd64",
             "os": "linux",
-            "config": {"Cmd": cmd, "Env": [f"PATH={_PATH}"], "WorkingDir": "/"},
+            "config": {"Cmd": cmd, "Env": [f"PATH={_PATH}"], "WorkingDir": workdir},
             "rootfs": {"type": "layers", "diff_ids": [layer.digest]},
         },
     )
@@ -104,7 +107,7 @@ def _image(layer: _Blob, cmd: list[str]) -> tuple[_Blob, _Blob]:
 
 
 def write_node_images(archive: Path, busybox: Path = BUSYBOX) -> dict[str, str]:
-    """Write the pause and busybox images as one OCI layout archive at ``archive``.
+    """Write the pause, busybox and workspace images as one OCI layout archive at ``archive``.
 
     Returns:
         image name -> manifest digest (``sha256:...``), the same for the same busybox binary.
@@ -116,8 +119,12 @@ def write_node_images(archive: Path, busybox: Path = BUSYBOX) -> dict[str, str]:
     blobs = {layer.digest: layer}
     manifests = []
     names = {}
-    for name, cmd in ((PAUSE_IMAGE, _PAUSE_CMD), (BUSYBOX_IMAGE, ["/bin/sh"])):
-        config, manifest = _image(layer, cmd)
+    for name, cmd, workdir in (
+        (PAUSE_IMAGE, _PAUSE_CMD, "/"),
+        (BUSYBOX_IMAGE, ["/bin/sh"], "/"),
+        (WORKSPACE_IMAGE, _PAUSE_CMD, "/projects"),  # a workspace's volume is mounted on /projects
+    ):
+        config, manifest = _image(layer, cmd, workdir)
         blobs[config.digest], blobs[manifest.digest] = config, manifest
         names[name] = manifest.digest
         annotations = {"io.containerd.image.name": name, "org.opencontainers.image.ref.name": name.rsplit(":", 1)[1]}

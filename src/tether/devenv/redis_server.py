@@ -46,21 +46,30 @@ def find_redis_server(binary: str | None = None) -> str:
     return found
 
 
-def redis_ping(port: int, host: str = HOST, timeout: float = 1.0) -> bool:
-    """Send a RESP ``PING`` to ``host:port`` and return True when the answer is ``+PONG``.
+def redis_ping(port: int, host: str = HOST, timeout: float = 1.0, password: str | None = None) -> bool:
+    """Send a RESP ``PING`` (after ``AUTH password`` when given) to ``host:port``; True when it answers ``+PONG``.
 
     Args:
         port: TCP port of the server.
         host: address of the server.
         timeout: socket timeout in seconds for connect and read.
+        password: the server's ``requirepass``, or None.
 
     Returns:
         False on any connection error or other reply (e.g. ``-LOADING`` while the server starts).
     """
+    request, expected = b"*1\r\n$4\r\nPING\r\n", b"+PONG"
+    if password is not None:
+        secret = password.encode()
+        request = b"*2\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n" % (len(secret), secret) + request
+        expected = b"+OK\r\n+PONG"
     try:
         with socket.create_connection((host, port), timeout=timeout) as sock:
-            sock.sendall(b"*1\r\n$4\r\nPING\r\n")
-            return sock.recv(64).startswith(b"+PONG")
+            sock.sendall(request)
+            reply = b""
+            while len(reply) < len(expected) and (chunk := sock.recv(64)):
+                reply += chunk
+            return reply.startswith(expected)
     except OSError:
         return False
 
@@ -79,12 +88,16 @@ class RedisServer(SupervisedServer):
         port: TCP port to listen on; None picks a free port at :meth:`start`. After start it holds the port used.
         binary: path or name of the ``redis-server`` executable; None means look it up on ``PATH``.
         startup_timeout: seconds to wait for ``PING`` to be answered.
+        password: ``requirepass`` (and ``masterauth``, for a replica) or None.
+        replica_of: port of a master on ``127.0.0.1`` to replicate (``--replicaof``), or None for a master.
     """
 
     base_dir: Path
     port: int | None = None
     binary: str | None = None
     startup_timeout: float = 15.0
+    password: str | None = None
+    replica_of: int | None = None
     _process: ManagedProcess | None = field(default=None, init=False, repr=False)
 
     @property
@@ -142,7 +155,9 @@ class RedisServer(SupervisedServer):
             )
             try:
                 self._process.start()
-                self._process.wait_ready(functools.partial(redis_ping, port), self.startup_timeout, what="ready (PING)")
+                self._process.wait_ready(
+                    functools.partial(redis_ping, port, password=self.password), self.startup_timeout, "ready (PING)"
+                )
             except ProcessFailed as exc:
                 self.stop()
                 if attempt < attempts and "Address already in use" in str(exc):
@@ -170,6 +185,8 @@ class RedisServer(SupervisedServer):
             # Empty logfile means stdout, which ManagedProcess captures, so early config errors land in the log too.
             "--logfile",
             "",
+            *(("--requirepass", self.password, "--masterauth", self.password) if self.password else ()),
+            *(("--replicaof", HOST, str(self.replica_of)) if self.replica_of else ()),
         ]
 
     def stop(self, timeout: float = 10.0) -> None:

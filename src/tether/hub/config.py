@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tether.hub.db.engine import DatabaseUrlError, check_url
-from tether.modules.remote_development.devfile import DEFAULT_IMAGE, default_devfile
+from tether.modules.remote_development.devfile import default_devfile
 from tether.tool.durations import Duration
 
 DEFAULT_DATA_DIR = Path("~/.local/share/tether").expanduser()
@@ -37,6 +37,8 @@ ENV_OVERRIDES = {
     "TETHER_HUB_KAS_API_SECRET_FILE": "kas.authentication_secret_file",
     "TETHER_HUB_KAS_EXTERNAL_URL": "kas.external_url",
     "TETHER_HUB_GITALY_LISTEN": "gitaly.listen",
+    "TETHER_HUB_GITALY_ADDRESS": "gitaly.address",
+    "TETHER_HUB_GITALY_TOKEN_FILE": "gitaly.token_file",
     "TETHER_HUB_LOG_LEVEL": "logging.level",
     "TETHER_HUB_SESSION_LIFETIME": "sessions.lifetime",
     "TETHER_HUB_KAS_COOKIE_DOMAIN": "sessions.kas_cookie_domain",
@@ -44,7 +46,7 @@ ENV_OVERRIDES = {
     "TETHER_HUB_KAS_K8S_PROXY_CA_FILE": "kas.k8s_proxy_ca_certificate_file",
     "TETHER_HUB_KAS_WORKSPACES_URL": "kas.workspaces_url",
     "TETHER_HUB_MAX_ACTIVE_WORKSPACES_PER_USER": "workspaces.max_active_workspaces_per_user",
-    "TETHER_HUB_WORKSPACES_DEFAULT_IMAGE": "workspaces.default_image",
+    "TETHER_HUB_WORKSPACES_DEFAULT_DEVFILE_IMAGE": "workspaces.default_devfile_image",
 }
 
 
@@ -210,17 +212,18 @@ class WorkspacesCF(_Section):
         max_active_workspaces_per_user: workspaces one user may have whose desired state is not Terminated, over
             every agent, whatever the agents' own ``workspaces_per_user_quota``; -1 means no limit, 0 that
             nobody may create one. The CLI operator is not a user and creates none.
-        default_image: the image of the default devfile (a workspace created without a devfile, the console's
-            form): GitLab's workspace image by default; a cluster without a registry names one its nodes have.
+        default_devfile_image: the container image of the default devfile (a workspace created without a
+            devfile); empty: GitLab's workspace image. ``tether up`` sets its node's local workspace image,
+            since that node reaches no registry (issue 23 item 1).
     """
 
     max_active_workspaces_per_user: int = Field(default=50, ge=-1)
-    default_image: str = Field(default=DEFAULT_IMAGE, min_length=1, pattern=r"^[^\s]+$")
+    default_devfile_image: str = Field(default="", max_length=512, pattern=r"^[A-Za-z0-9./:@_-]*$")
 
     @property
     def default_devfile(self) -> str:
-        """The devfile used when a user gives none (GitLab's default devfile on :attr:`default_image`)."""
-        return default_devfile(self.default_image)
+        """The devfile of a workspace created without one (:func:`default_devfile` with this image)."""
+        return default_devfile(self.default_devfile_image)
 
 
 class LoggingCF(_Section):

@@ -3,10 +3,14 @@
 Listeners (kas.md §0.1): agent gRPC (agentk), api gRPC (the hub; JWT ``iss=gitlab``, ``aud=gitlab-kas``),
 private api gRPC (other kas only; JWT ``iss=aud=gitlab-kas`` with a kas-only secret), observability
 HTTP and, when ``agent.kubernetes_api`` is configured, the Kubernetes API proxy (HTTP, kas.md §5).
-On SIGTERM (kas.md §8.6): readiness turns false, configuration streams and idle tunnels end with OK so
-agents reconnect elsewhere, everything this kas wrote to Redis is removed at once, listeners stop
-accepting, and in-flight forwarded calls get ``routing.shutdown_grace_period`` to finish (proxied HTTP
-requests: ``agent.kubernetes_api.listen.shutdown_grace_period``).
+On SIGTERM (kas.md §8.6; issue 26 item 3 "rolling update without a failed request"): readiness turns false
+and configuration streams end with OK at once; after ``agent.listen.listen_grace_period`` the agent and api
+listeners stop accepting (GOAWAY: agentk's and the hub's new calls go to another kas through the load
+balancer) and the tunnel registry drains: each agent moves to another kas make-before-break (its idle tunnels
+here keep serving until it has tunnels elsewhere, at most ``routing.agent_move_timeout``), and this kas' tunnel
+tracker entry for it goes the moment it moved. Then everything else this kas wrote to Redis is removed, the
+private listener stops accepting, and in-flight forwarded calls get what remains of
+``routing.shutdown_grace_period`` (proxied HTTP requests: ``agent.kubernetes_api.listen.shutdown_grace_period``).
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -37,7 +42,7 @@ from tether.kas.token_revocation import (
 from tether.modserver.agent_auth import AgentAuthenticator, AgentAuthInterceptor
 from tether.modserver.agent_tracker import AgentTracker
 from tether.modserver.api import ServerApi, ServerModuleFactory
-from tether.modserver.config import KasConfig, ListenCF
+from tether.modserver.config import KasConfig, ListenCF, sentinel_host_port
 from tether.modserver.gitlab_client import GitlabClient
 from tether.modshared.module import Module, ModuleStartError
 from tether.modshared.supervisor import ModuleSupervisor
@@ -63,6 +68,9 @@ from tether.tunnel.server.notifier import TunnelNotifier
 from tether.tunnel.server.registry import TunnelRegistry
 from tether.tunnel.server.router import Router, RoutingOptions
 from tether.tunnel.server.tracker import TunnelTracker
+
+if TYPE_CHECKING:
+    from tether.tool.redis_pool import RedisTarget
 
 log = logging.getLogger(__name__)
 
@@ -93,15 +101,14 @@ def own_private_api_url(config: KasConfig) -> str:
     return f"{scheme}://{host}:{port}"
 
 
-def _redis_backend(config: KasConfig) -> HashBackend:
-    url = _redis_url(config)
-    if url is None or config.redis is None:
+def _redis_backend(config: KasConfig, target: RedisTarget | None) -> HashBackend:
+    if target is None or config.redis is None:
         return MemoryBackend()
     from tether.tool.redis_backend import RedisBackend  # noqa: PLC0415 (redis-py only when configured)
 
     cfg = config.redis
-    return RedisBackend.from_url(
-        url,
+    return RedisBackend.connect(
+        target,
         dial_timeout_s=cfg.dial_timeout,
         write_timeout_s=cfg.write_timeout,
         pool_size=cfg.pool_size,
@@ -109,19 +116,46 @@ def _redis_backend(config: KasConfig) -> HashBackend:
     )
 
 
-def _redis_url(config: KasConfig) -> str | None:
-    if config.redis is None:
-        return None
+def _read_password(path: Path, what: str) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError as exc:
+        raise KasStartError(f"{what} {path} cannot be read: {exc.strerror}") from exc
+
+
+def redis_target(config: KasConfig) -> RedisTarget | None:
+    """Where this kas' Redis is, from the ``redis`` section (kas.md §3.1); None without one (memory state).
+
+    Raises:
+        KasStartError: a password file cannot be read.
+    """
     cfg = config.redis
-    auth = ""
-    if cfg.password_file is not None:
-        password = cfg.password_file.read_text().strip()
-        auth = f"{cfg.username or ''}:{password}@"
-    elif cfg.username:
-        auth = f"{cfg.username}@"
+    if cfg is None:
+        return None
+    from tether.tool.redis_pool import RedisTarget, SentinelMaster, TlsFiles  # noqa: PLC0415 (redis-py when configured)
+
+    password = _read_password(cfg.password_file, "redis.password_file") if cfg.password_file else None
+    tls = None
+    if cfg.tls.enabled:
+        tls = TlsFiles(cfg.tls.ca_certificate_file, cfg.tls.certificate_file, cfg.tls.key_file)
+    if cfg.sentinel is not None:
+        sentinel_password = None
+        if cfg.sentinel.sentinel_password_file is not None:
+            sentinel_password = _read_password(
+                cfg.sentinel.sentinel_password_file, "redis.sentinel.sentinel_password_file"
+            )
+        master = SentinelMaster(
+            cfg.sentinel.master_name,
+            tuple(sentinel_host_port(address) for address in cfg.sentinel.addresses),
+            sentinel_password,
+        )
+        return RedisTarget(sentinel=master, username=cfg.username, password=password, db=cfg.database_index, tls=tls)
+    assert cfg.server is not None
     if cfg.network == "unix":
-        return f"unix://{auth}{cfg.server.address}?db={cfg.database_index}"
-    return f"redis://{auth}{cfg.server.address}/{cfg.database_index}"
+        url = f"unix://{cfg.server.address}?db={cfg.database_index}"
+    else:
+        url = f"{'rediss' if tls else 'redis'}://{cfg.server.address}/{cfg.database_index}"
+    return RedisTarget(url=url, username=cfg.username, password=password, tls=tls)
 
 
 def _server_options(max_connection_age_s: float, max_message_size: int) -> list[tuple[str, Any]]:
@@ -193,11 +227,10 @@ class KasApp:
         agent = config.agent
         self.own_url = own_private_api_url(config)
         set_process_fields(kas_url=self.own_url)
-        self.backend = _redis_backend(config)
+        target = redis_target(config)
+        self.backend = _redis_backend(config, target)
         pool = (config.redis.pool_size, config.redis.pool_timeout) if config.redis else (100, 5.0)
-        self.rate_limiter = RateLimiter(
-            _redis_url(config), f"{prefix}:rate_limit", pool_size=pool[0], pool_timeout_s=pool[1]
-        )
+        self.rate_limiter = RateLimiter(target, f"{prefix}:rate_limit", pool_size=pool[0], pool_timeout_s=pool[1])
         self.events = EventBus(self.backend, prefix)
         self.tunnel_tracker = TunnelTracker(
             self.backend,
@@ -227,7 +260,7 @@ class KasApp:
         )
         self.registry = TunnelRegistry(self.tunnel_tracker)
         self.notifier = TunnelNotifier()
-        self.events.on(TunnelsAvailable, lambda event: self.notifier.notify(event.agent_id, event.kas_url))
+        self.events.on(TunnelsAvailable, self._on_tunnels_available)
         self.gateway = Gateway(self.registry)
         self.pool = KasPool(
             private_secret, config.private_api.listen.ca_certificate_file, agent.listen.max_message_size
@@ -313,6 +346,25 @@ class KasApp:
         # Listeners' own handlers come after the modules' services.
         self.api_server.add_generic_rpc_handlers([RoutedApiHandler(self.router, self.api.routed_methods)])
         self.private_server.add_generic_rpc_handlers([PrivateApiHandler(self.gateway)])
+
+    def _on_tunnels_available(self, event: TunnelsAvailable) -> None:
+        self.notifier.notify(event.agent_id, event.kas_url)
+        if event.kas_url != self.own_url:
+            self.registry.moved(event.agent_id)  # while draining: the agent has tunnels on that kas now
+
+    async def _has_tunnels_elsewhere(self, agent_id: int) -> bool:
+        try:
+            urls = await asyncio.wait_for(self.tunnel_tracker.kas_urls(agent_id), 2.0)
+        except Exception:
+            return False  # then one tunnel moves and the others wait for the announcement
+        return any(url != self.own_url for url in urls)
+
+    async def _other_instances(self) -> bool:
+        try:
+            listed = await asyncio.wait_for(self.instances.instances(), 2.0)
+        except Exception:
+            return True  # unknown: give the agents their chance to move
+        return any(info.private_api_url != self.own_url for info in listed)
 
     @property
     def ports(self) -> dict[str, int]:
@@ -433,15 +485,28 @@ class KasApp:
         # before routing's connections close.
         modules_stopped = asyncio.ensure_future(self.supervisor.stop_modules())
         await asyncio.sleep(self.config.agent.listen.listen_grace_period)
+        routing = self.config.routing
+        grace_ends = time.monotonic() + routing.shutdown_grace_period
+        # No new agent connections or hub calls from now on: they go to another kas.
+        stopping_servers = [
+            asyncio.ensure_future(self.agent_server.stop(routing.shutdown_grace_period)),
+            asyncio.ensure_future(self.api_server.stop(routing.shutdown_grace_period)),
+        ]
+        move_timeout = min(routing.agent_move_timeout, routing.shutdown_grace_period)
+        if not await self._other_instances():
+            move_timeout = 0.0  # a lone kas: its agents have nowhere to move, waiting would only delay its stop
+        with contextlib.suppress(Exception):
+            await self.instances.clear()  # other kas stop discovering this one
+        unmoved = await self.registry.drain(self._has_tunnels_elsewhere, move_timeout)
+        log.info("agents moved to other kas instances (%d had not within %.1f s)", unmoved, move_timeout)
         await self.registry.stop()
-        grace = self.config.routing.shutdown_grace_period
-        stopping_servers = asyncio.gather(
-            self.agent_server.stop(grace), self.api_server.stop(grace), self.private_server.stop(grace)
+        stopping_servers.append(
+            asyncio.ensure_future(self.private_server.stop(max(grace_ends - time.monotonic(), 0.0)))
         )
         await asyncio.gather(
             self.tunnel_tracker.clear(), self.agent_tracker.clear(), self.instances.clear(), return_exceptions=True
         )
-        await stopping_servers
+        await asyncio.gather(*stopping_servers)
         await self.supervisor.cancel_loops()
         await modules_stopped
         await self.pool.close()

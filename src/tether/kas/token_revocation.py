@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 MAX_DIGESTS = 1000
 #: Shortest life of a revocation list entry, in seconds.
 MIN_LIST_TTL_S = 3600.0
+#: Seconds a revocation waits for Redis replicas to acknowledge it (``WAIT``) before it is refused and retried.
+REPLICATION_TIMEOUT_S = 1.0
 #: Seconds a re-validation round waits for the list before it goes on without it (Redis stalled).
 LIST_READ_TIMEOUT_S = 5.0
 
@@ -80,11 +82,19 @@ class RevocationList:
         self._ttl_s = ttl_s
 
     async def add(self, digests: Iterable[bytes]) -> None:
-        """Record the digests (32 bytes each) as revoked for ``ttl_s`` seconds."""
+        """Record the digests (32 bytes each) as revoked for ``ttl_s`` seconds, on the master and every replica.
+
+        An entry only the master had would be lost if a replica were promoted (Sentinel failover): the hub would
+        have its acknowledgement and never retry, and a kas that missed the event would trust the token until its
+        cached answer expired.
+
+        Raises:
+            NotReplicated: a replica did not acknowledge within :data:`REPLICATION_TIMEOUT_S` (the hub retries).
+        """
         value = ExpiringValue(expires_at=expires_at_for(time.time(), self._ttl_s)).SerializeToString()
         fields = {digest.hex(): value for digest in digests}
         if fields:
-            await self._backend.set_fields([(self._key, fields)], self._ttl_s)
+            await self._backend.set_fields_replicated([(self._key, fields)], self._ttl_s, REPLICATION_TIMEOUT_S)
 
     async def read(self) -> set[bytes]:
         """Every digest still on the list; expired entries are skipped and deleted."""

@@ -232,10 +232,67 @@ class RedisServerCF(_Section):
     address: str
 
 
-class RedisCF(_Section):
-    """Redis connection; omit the whole section to use the in-memory backend (one kas only)."""
+#: ``host:port`` or ``[v6]:port`` of a sentinel, optionally behind ``tcp://`` (the GitLab chart writes that form).
+_SENTINEL_ADDRESS = re.compile(r"(?:tcp://)?(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(?P<port>[0-9]{1,5})")
 
-    server: RedisServerCF
+
+def sentinel_host_port(address: str) -> tuple[str, int]:
+    """Split a ``redis.sentinel.addresses`` entry into host and port (brackets of an IPv6 host removed).
+
+    Raises:
+        ValueError: not ``[tcp://]host:port`` with a port in 1..65535.
+    """
+    match = _SENTINEL_ADDRESS.fullmatch(address)
+    port = int(match["port"]) if match else 0
+    if match is None or not 1 <= port <= 65535:
+        raise ValueError(f"sentinel address {address!r} is not host:port (or tcp://host:port)")
+    return match["host"].strip("[]"), port
+
+
+class RedisSentinelCF(_Section):
+    """A master found through Redis Sentinel (upstream ``RedisSentinelCF``, kas.md §3.1)."""
+
+    #: The name the sentinels monitor the master under (``sentinel monitor <master_name> ...``).
+    master_name: str = Field(min_length=1)
+    #: Sentinels to ask, ``host:port`` each; any one that answers is enough.
+    addresses: list[str] = Field(min_length=1)
+    #: File holding the password of the sentinels themselves (their ``requirepass``); None: no AUTH to them.
+    sentinel_password_file: Path | None = None
+
+    @field_validator("addresses")
+    @classmethod
+    def _addresses(cls, addresses: list[str]) -> list[str]:
+        for address in addresses:
+            sentinel_host_port(address)
+        return addresses
+
+
+class RedisTlsCF(_Section):
+    """TLS to Redis and to the sentinels (upstream ``RedisTLSCF``)."""
+
+    enabled: bool = False
+    #: Client certificate and key, for servers that verify clients (``tls-auth-clients yes``).
+    certificate_file: Path | None = None
+    key_file: Path | None = None
+    #: CA that signed the servers' certificates; None: the system's CAs.
+    ca_certificate_file: Path | None = None
+
+    @model_validator(mode="after")
+    def _pair(self) -> RedisTlsCF:
+        if (self.certificate_file is None) != (self.key_file is None):
+            raise ValueError("certificate_file and key_file must be set together")
+        return self
+
+
+class RedisCF(_Section):
+    """Redis connection; omit the whole section to use the in-memory backend (one kas only).
+
+    Exactly one of ``server`` (one Redis server) and ``sentinel`` (a master found through Redis Sentinel).
+    """
+
+    server: RedisServerCF | None = None
+    sentinel: RedisSentinelCF | None = None
+    tls: RedisTlsCF = RedisTlsCF()
     dial_timeout: Duration = 5.0
     write_timeout: Duration = 3.0
     key_prefix: str = "gitlab-kas"
@@ -245,6 +302,14 @@ class RedisCF(_Section):
     network: Literal["tcp", "unix"] = "tcp"
     pool_size: int = Field(default=256, ge=1)
     pool_timeout: Duration = 5.0
+
+    @model_validator(mode="after")
+    def _one_target(self) -> RedisCF:
+        if (self.server is None) == (self.sentinel is None):
+            raise ValueError("set exactly one of redis.server and redis.sentinel")
+        if self.sentinel is not None and self.network == "unix":
+            raise ValueError("redis.network unix cannot be used with redis.sentinel (sentinels name TCP addresses)")
+        return self
 
 
 class ApiListenCF(ListenCF):
@@ -289,6 +354,9 @@ class RoutingCF(_Section):
     recheck_interval: Duration = 2.0
     #: How long in-flight forwarded calls may continue after SIGTERM.
     shutdown_grace_period: Duration = 30.0
+    #: After SIGTERM, how long kas waits for its agents to open tunnels on another kas before it ends their
+    #: remaining idle tunnels (within ``shutdown_grace_period``; docs/deployment.md "Rolling updates of kas").
+    agent_move_timeout: Duration = 5.0
 
 
 class KasConfig(_Section):

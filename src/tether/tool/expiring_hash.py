@@ -88,6 +88,10 @@ GcHook = Callable[[bytes], Awaitable[None]]
 """Test hook a backend awaits during GC between reading the hash and committing the HDEL (argument: the key)."""
 
 
+class NotReplicated(Exception):
+    """A write reached the master but not every replica within its time (it may be lost in a failover)."""
+
+
 class HashBackend(Protocol):
     """Storage primitive under :class:`ExpiringHash` and the event bus: Redis or process memory.
 
@@ -101,6 +105,20 @@ class HashBackend(Protocol):
         """Atomically (one ``MULTI/EXEC``) HSET each key's fields, then PEXPIRE that key ``ttl_s`` seconds.
 
         All keys of one call get the same expiry: grouped items expire together (seed 000, kas.md §3.1).
+        """
+        ...
+
+    async def set_fields_replicated(
+        self, writes: Sequence[tuple[bytes, Mapping[str, bytes]]], ttl_s: float, timeout_s: float
+    ) -> None:
+        """Like :meth:`set_fields` (without ``MULTI``), then return once every replica of the master has the write.
+
+        For writes that must survive a Sentinel failover (the token revocation list): Redis replicates
+        asynchronously, and a write only the old master had is lost when a replica is promoted. Waits up to
+        ``timeout_s`` seconds (``WAIT``) for every replica connected to the master at the time.
+
+        Raises:
+            NotReplicated: fewer replicas acknowledged the write within ``timeout_s``.
         """
         ...
 

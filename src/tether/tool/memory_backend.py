@@ -68,6 +68,12 @@ class MemoryBackend:
             entry.deadline = deadline
             self._touch(key)
 
+    async def set_fields_replicated(
+        self, writes: Sequence[tuple[bytes, Mapping[str, bytes]]], ttl_s: float, timeout_s: float
+    ) -> None:
+        """:meth:`set_fields`: process memory has no replicas."""
+        await self.set_fields(writes, ttl_s)
+
     async def delete_fields(self, key: bytes, fields: Sequence[str]) -> None:
         """HDEL ``fields`` of ``key``; an emptied hash disappears, as in Redis."""
         self._check_open()

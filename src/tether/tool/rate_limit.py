@@ -14,6 +14,7 @@ nor lifts the limits; each such check counts in ``tether_rate_limit_storage_erro
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from limits import RateLimitItem, RateLimitItemPerMinute
 from limits.aio.storage import MemoryStorage, Storage
@@ -21,6 +22,9 @@ from limits.aio.strategies import SlidingWindowCounterRateLimiter
 from prometheus_client import Counter
 
 from tether.tool.circuit_breaker import CircuitBreaker
+
+if TYPE_CHECKING:
+    from tether.tool.redis_pool import RedisTarget
 
 __all__ = ["RATE_LIMITED", "RateLimiter", "per_minute"]
 
@@ -41,8 +45,9 @@ class RateLimiter:
     """Sliding-window counters per (limit name, key).
 
     Args:
-        redis_url: ``redis://host:port/db``, ``rediss://...`` or ``unix:///path?db=N`` to share counts between
-            replicas; None counts in process memory.
+        redis: where the shared counts live: a URL (``redis://host:port/db``, ``rediss://...``,
+            ``unix:///path?db=N``) or a :class:`~tether.tool.redis_pool.RedisTarget` (one server or a
+            Sentinel-managed master); None counts in process memory.
         key_prefix: prefix of the Redis keys (e.g. ``gitlab-kas:rate_limit``).
         timeout_s: socket timeout of the Redis client, in seconds (the breaker gives up long before).
         pool_size: most Redis connections open at once.
@@ -51,11 +56,14 @@ class RateLimiter:
     The Redis pool blocks for a free connection, as kas' main Redis pool does: redis-py's default pool fails at
     once beyond its size, and when 1,000 agents connected together 700 checks failed open that way (issue 9).
     Waiting there is not a stall while Redis keeps answering other checks (see the breaker).
+
+    During a Sentinel failover the checks fail until the sentinels name the new master: the breaker opens at the
+    first failure, checks count in memory meanwhile, and the first probe the new master answers closes it.
     """
 
     def __init__(
         self,
-        redis_url: str | None,
+        redis: str | RedisTarget | None,
         key_prefix: str,
         timeout_s: float = 3.0,
         pool_size: int = 100,
@@ -64,22 +72,23 @@ class RateLimiter:
         self._local = SlidingWindowCounterRateLimiter(MemoryStorage())
         self._shared: SlidingWindowCounterRateLimiter | None = None
         self._breaker: CircuitBreaker | None = None
-        if redis_url is not None:
-            import redis.asyncio as aioredis  # noqa: PLC0415 (redis-py only when configured)
-            from limits.aio.storage import RedisStorage  # noqa: PLC0415
+        if redis is not None:
+            from limits.aio.storage import RedisStorage  # noqa: PLC0415 (redis-py only when configured)
 
-            scheme, _, rest = redis_url.partition("://")
-            uri = f"async+redis+unix://{rest}" if scheme == "unix" else f"async+{redis_url}"
-            pool = aioredis.BlockingConnectionPool.from_url(
-                redis_url,
+            from tether.tool.redis_pool import RedisTarget, blocking_pool  # noqa: PLC0415
+
+            target = RedisTarget(url=redis) if isinstance(redis, str) else redis
+            pool = blocking_pool(
+                target,
                 max_connections=pool_size,
-                timeout=pool_timeout_s,
+                timeout_s=pool_timeout_s,
                 socket_timeout=timeout_s,
                 socket_connect_timeout=timeout_s,
             )
+            # With a pool, limits takes only the scheme from the URI (the pool knows the server or sentinels).
             # limits documents ``connection_pool`` but types its options as scalars.
             storage: Storage = RedisStorage(
-                uri,
+                "async+redis://",
                 implementation="redispy",
                 key_prefix=key_prefix,
                 connection_pool=pool,  # type: ignore[arg-type]

@@ -17,7 +17,8 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import RedisError, WatchError
 
 from tether.tool.backoff import Backoff
-from tether.tool.expiring_hash import GC_ATTEMPTS, GcHook, expired_fields
+from tether.tool.expiring_hash import GC_ATTEMPTS, GcHook, NotReplicated, expired_fields
+from tether.tool.redis_pool import RedisTarget, blocking_pool, close_client
 
 _log = logging.getLogger(__name__)
 
@@ -80,9 +81,17 @@ class RedisBackend:
         self._publisher: asyncio.Task[None] | None = None
 
     @classmethod
-    def from_url(
+    def from_url(cls, url: str, **options: Any) -> RedisBackend:
+        """Connect lazily to one server at ``url`` (``redis://host:port/db``, ``rediss://...``, ``unix:///path?db=N``).
+
+        ``options`` are those of :meth:`connect`.
+        """
+        return cls.connect(RedisTarget(url=url), **options)
+
+    @classmethod
+    def connect(
         cls,
-        url: str,
+        target: RedisTarget,
         *,
         dial_timeout_s: float = DIAL_TIMEOUT_S,
         write_timeout_s: float = WRITE_TIMEOUT_S,
@@ -91,33 +100,33 @@ class RedisBackend:
         pool_size: int = POOL_SIZE,
         pool_timeout_s: float = POOL_TIMEOUT_S,
     ) -> RedisBackend:
-        """Connect lazily to ``url``.
+        """Connect lazily to ``target``: one server, or the master its sentinels name (redis-py's Sentinel support).
 
         Args:
-            url: ``redis://host:port/db``, ``rediss://...`` (TLS) or ``unix:///path?db=N``.
+            target: where Redis is (:class:`~tether.tool.redis_pool.RedisTarget`).
             dial_timeout_s: TCP connect timeout in seconds (kas.md §3.1: 5 s).
             write_timeout_s: socket timeout in seconds; redis-py has one timeout for writes and reads of
                 command replies (kas.md §3.1 names it the write timeout: 3 s). Subscriptions block without it.
             client_name: sent with ``CLIENT SETNAME`` on every connection (kas.md §3.1: ``gitlab-kas``).
-
             gc_before_exec: see :class:`RedisBackend`.
             pool_size: most connections open at once (subscriptions included).
             pool_timeout_s: seconds a command waits for a free connection when all are busy, then fails with
                 ``redis.exceptions.ConnectionError``.
 
         A command failing with a connection error or timeout is retried :data:`COMMAND_RETRIES` times on a new
-        connection (10 ms to 0.5 s jittered backoff).
+        connection (10 ms to 0.5 s jittered backoff); with Sentinel, each new connection asks the sentinels for
+        the current master, so a retry after a failover reaches the new one.
         """
-        pool = aioredis.BlockingConnectionPool.from_url(
-            url,
+        pool = blocking_pool(
+            target,
             max_connections=pool_size,
-            timeout=pool_timeout_s,
+            timeout_s=pool_timeout_s,
             client_name=client_name,
             decode_responses=False,
             socket_connect_timeout=dial_timeout_s,
             socket_timeout=write_timeout_s,
             health_check_interval=HEALTH_CHECK_INTERVAL_S,
-            # from_url() otherwise builds connections without retries: after a Redis restart every pooled
+            # Connections are otherwise built without retries: after a Redis restart (or a failover) every pooled
             # connection would fail its next command once. All our writes are idempotent (HSET, PEXPIRE, HDEL);
             # a retried PUBLISH may deliver an event twice, which listeners tolerate.
             retry=Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.5), retries=COMMAND_RETRIES),
@@ -141,6 +150,33 @@ class RedisBackend:
                 pipe.hset(key, mapping={_field_bytes(name): value for name, value in fields.items()})
                 pipe.pexpire(key, ttl_ms)
             await pipe.execute()
+
+    async def set_fields_replicated(
+        self, writes: Sequence[tuple[bytes, Mapping[str, bytes]]], ttl_s: float, timeout_s: float
+    ) -> None:
+        """``ROLE`` for the replicas connected now, then one pipeline ``(HSET; PEXPIRE)*; WAIT n timeout``.
+
+        ``WAIT`` counts the writes of its own connection, so the writes and ``WAIT`` go in one pipeline (one
+        connection; a retried pipeline re-sends all of it). Without replicas there is nothing to wait for: no
+        replica can be promoted with the write missing.
+
+        Raises:
+            NotReplicated: fewer than the replicas connected at the start acknowledged within ``timeout_s``.
+        """
+        role = await self._client.role()
+        replicas = len(role[2]) if role and role[0] in (b"master", "master") else 0
+        ttl_ms = max(1, round(ttl_s * 1000))
+        async with self._client.pipeline(transaction=False) as pipe:
+            for key, fields in writes:
+                if not fields:
+                    continue
+                pipe.hset(key, mapping={_field_bytes(name): value for name, value in fields.items()})
+                pipe.pexpire(key, ttl_ms)
+            if replicas:
+                pipe.wait(replicas, max(1, round(timeout_s * 1000)))
+            results = await pipe.execute()
+        if replicas and int(results[-1]) < replicas:
+            raise NotReplicated(f"{results[-1]} of {replicas} replicas acknowledged within {timeout_s:g} s")
 
     async def delete_fields(self, key: bytes, fields: Sequence[str]) -> None:
         """``HDEL key field...``."""
@@ -282,4 +318,4 @@ class RedisBackend:
     async def close(self) -> None:
         """Close the connection pool; subscriptions end within about a second."""
         self._closed = True
-        await self._client.aclose()
+        await close_client(self._client)

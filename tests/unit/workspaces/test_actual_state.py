@@ -15,6 +15,7 @@ from tether.modules.remote_development.actual_state import (
     calculate,
     calculate_with_failure,
     explain_failure,
+    waiting_reason,
 )
 from tether.modules.remote_development.states import ACTUAL_STATES, DESIRED_STATES, State
 
@@ -145,3 +146,22 @@ def test_failure_reasons_tether() -> None:
     running = dep([P_AVAIL, A_MIN], 1, 1)
     assert calculate_with_failure(running, None, None, {"reason": "CrashLoopBackOff"}) == (State.RUNNING, None)
     assert calculate_with_failure(None, "Terminating", None, {"reason": "CrashLoopBackOff"})[0] == State.TERMINATING
+
+
+UNBOUND = "0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims."
+
+
+def test_a_transient_cause_is_not_a_failure_but_its_reason_is_shown() -> None:
+    """Issue 23 item 4: a pod unschedulable while its claim binds stays Starting, saying why; lasting, Failed."""
+    starting = dep(["Progressing/ReplicaSetUpdated"], 1)
+    waiting = {"reason": "Unschedulable", "message": UNBOUND, "lasting": False}
+    assert calculate_with_failure(starting, None, None, waiting) == (State.STARTING, None)
+    assert waiting_reason(waiting) == f"Unschedulable: {UNBOUND} (waiting: a failure if it lasts)"
+    lasting = dict(waiting, lasting=True)
+    assert calculate_with_failure(starting, None, None, lasting) == (State.FAILED, Failure("Unschedulable", UNBOUND))
+    assert waiting_reason(lasting) == "" and waiting_reason(None) == ""
+    # Without the flag (an older agentk) a pod problem is a failure, as before.
+    assert calculate_with_failure(starting, None, None, {"reason": "Unschedulable"})[0] == State.FAILED
+    # Past the Deployment's deadline the cause has lasted, whatever agentk thought: its own words are kept.
+    deadline = dep(["Progressing/ProgressDeadlineExceeded"], 1)
+    assert calculate_with_failure(deadline, None, None, waiting) == (State.FAILED, Failure("Unschedulable", UNBOUND))

@@ -120,7 +120,7 @@ def test_the_url_names_a_port_the_workspace_serves() -> None:
     assert url_port(parse_devfile(DEFAULT_DEVFILE)) == 60001
     assert url_port(parse_devfile(WITH_COMMAND)) == 60001
     assert url_port(parse_devfile(PLAIN)) == 8080
-    assert default_devfile("localhost/tether/busybox:local").endswith("image: localhost/tether/busybox:local\n")
+    assert default_devfile("localhost/tether/busybox:local").endswith('image: "localhost/tether/busybox:local"\n')
 
 
 def test_kas_is_told_the_editor_port_is_served() -> None:

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tether.modules.remote_development import rules
 from tether.modules.remote_development.rules import (
     Inclusion,
     Timestamps,
@@ -16,6 +17,7 @@ from tether.modules.remote_development.rules import (
     returned_by_full,
     returned_by_partial,
 )
+from tether.modules.remote_development.states import State
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 H = timedelta(hours=1)
@@ -135,3 +137,16 @@ def test_restart_flip_and_replicas() -> None:
     assert desired_after_report("RestartRequested", "Stopping") == "RestartRequested"
     assert desired_after_report("Stopped", "Stopped") == "Stopped"
     assert [replicas_for(s) for s in ("Running", "RestartRequested", "Stopped")] == [1, 0, 0]
+
+
+def test_error_workspaces_are_retried_unless_refused_as_invalid() -> None:
+    """Tether (issue 23 item 4): Error is retried at every partial update, except objects refused as invalid."""
+    quota = 'deployments.apps "x" is forbidden: exceeded quota: q'
+    invalid = 'Deployment.apps "x" is invalid: spec.template.spec.containers[0].ports[0].name: Invalid value'
+    assert rules.retries_apply(State.RUNNING, State.ERROR, rules.error_text(quota))
+    assert rules.retries_apply(State.STOPPED, State.ERROR, quota)
+    assert not rules.retries_apply(State.TERMINATED, State.ERROR, quota)  # already returned until Terminated
+    assert not rules.retries_apply(State.RUNNING, State.ERROR, rules.error_text(invalid))
+    assert not rules.retries_apply(State.RUNNING, State.FAILED, quota)
+    assert "terminate this workspace" in rules.error_text(invalid)
+    assert rules.error_text("").startswith("agentk reported an error without a message (agentk applies")

@@ -15,6 +15,7 @@ from tether.hub.errors import NotFound
 from tether.hub.service import agents
 from tether.hub.service.paths import find_project
 from tether.hub.service.principal import Principal
+from tether.hub.workspaces.lost import mark_lost
 
 #: Seconds ``token-revoke`` keeps trying to reach a kas before it leaves the token to kas' re-validation.
 _CLI_DELIVERY_S = 60.0
@@ -173,3 +174,24 @@ def agent_config_show(hub: HubContext, project: str, name: str) -> None:
         return view.row.content if view.row is not None else ""
 
     click.echo(in_transaction(hub, work), nl=False)
+
+
+@agent_group.command("workspaces-lost")
+@click.argument("project")
+@click.argument("name")
+@click.option("--reason", required=True, help="Why the workspaces are gone; shown as their state's message.")
+@pass_hub
+def agent_workspaces_lost(hub: HubContext, project: str, name: str, reason: str) -> None:
+    """Mark the workspaces of agent NAME of PROJECT Terminated because their cluster is gone (kept, not deleted).
+
+    For a cluster replaced by a new, empty one (``tether up`` does this on every start): the workspaces
+    would otherwise be listed Running and recreated with empty volumes. Prints the names it marked.
+    """
+    if not reason.strip():
+        raise click.BadParameter("must not be empty", param_hint="--reason")
+
+    async def work(session: AsyncSession, op: Principal) -> list[str]:
+        return await mark_lost(session, (await _agent(session, op, project, name)).id, reason)
+
+    for marked in in_transaction(hub, work):
+        click.echo(marked)

@@ -75,7 +75,7 @@ class Context(BaseContext):
         db: the database.
         announce: called with the names of created or changed workspaces, after the commit.
         user_limit: the hub's ``workspaces.max_active_workspaces_per_user``.
-        default_devfile: the devfile of a create without one (the hub's ``workspaces.default_image``).
+        default_devfile: the devfile of a create without one (the hub's ``workspaces.default_devfile``).
         workspaces_url: the hub's ``kas.workspaces_url`` (None: the host form), for each workspace's ``url``.
     """
 
@@ -95,6 +95,7 @@ class Context(BaseContext):
         self.db = db
         self.announce = announce
         self.user_limit = user_limit
+        self.default_devfile = default_devfile
         #: Whether the request selects ``devfile`` anywhere (set before execution); lists skip loading it if not.
         self.wants_devfile = True
         self._session: AsyncSession | None = None
@@ -175,7 +176,9 @@ class Workspace:
     desired_state_updated_at: datetime
     actual_state: str
     actual_state_updated_at: datetime
-    actual_state_message: str = strawberry.field(description="Tether: why the workspace is Failed or in Error.")
+    actual_state_message: str = strawberry.field(
+        description="Tether: why the workspace is Failed or in Error, or what a Starting one waits on."
+    )
     responded_to_agent_at: datetime | None
     deployment_resource_version: str | None
     force_include_all_resources: bool

@@ -104,7 +104,7 @@ async def create(
         request: what to create.
         user_limit: the hub's ``workspaces.max_active_workspaces_per_user`` (-1: none), checked before anything
             else about the request.
-        default_devfile: the devfile of a request without one (the hub's ``workspaces.default_image`` in it).
+        default_devfile: the devfile used when the request has none (the hub's ``workspaces.default_devfile``).
 
     Raises:
         NotFound: project or agent not visible. Forbidden: below Developer on the project, or no user.

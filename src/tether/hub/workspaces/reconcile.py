@@ -22,7 +22,7 @@ from tether.hub.workspaces import agent_settings
 from tether.hub.workspaces.address import editor_base_path
 from tether.hub.workspaces.operations import set_actual, set_desired
 from tether.modules.remote_development import desired_config, rules
-from tether.modules.remote_development.actual_state import calculate_with_failure
+from tether.modules.remote_development.actual_state import calculate_with_failure, waiting_reason
 from tether.modules.remote_development.devfile import Devfile, DevfileError, parse_devfile
 from tether.modules.remote_development.params import UPDATE_FULL, AgentInfo, parse
 from tether.modules.remote_development.states import State
@@ -62,7 +62,14 @@ def _apply_report(ws: Workspace, info: AgentInfo, now: datetime) -> None:
         info.deployment, info.termination_progress, info.error_details, info.pod_failure
     )
     set_desired(ws, rules.desired_after_report(ws.desired_state, state), now)
-    message = failure.text() if failure is not None else info.error_message if state == State.ERROR else ""
+    if failure is not None:
+        message = failure.text()
+    elif state == State.ERROR:
+        message = rules.error_text(info.error_message)
+    elif state in (State.STARTING, State.UNKNOWN):
+        message = waiting_reason(info.pod_failure)  # a cause that may resolve on its own: Starting, and why
+    else:
+        message = ""
     set_actual(ws, state, message, now)
     if info.resource_version is not None:
         ws.deployment_resource_version = info.resource_version
@@ -138,17 +145,20 @@ async def reconcile(
                 changed[ws.id] = ws
     if state_changes is not None:
         state_changes += [ws.name for ws in changed.values() if (ws.desired_state, ws.actual_state) != before[ws.id]]
+    retried = {ws.id for ws in rows if rules.retries_apply(ws.desired_state, ws.actual_state, ws.actual_state_message)}
     returned = [
         ws
         for ws in rows
         if (
             rules.returned_by_full(_timestamps(ws))
             if params.update_type == UPDATE_FULL
-            else rules.returned_by_partial(_timestamps(ws), ws.name in found)
+            else rules.returned_by_partial(_timestamps(ws), ws.name in found) or ws.id in retried
         )
     ]
     infos = [
-        _rail_info(ws, params.update_type, settings[ws.workspaces_agent_config_version], workspaces_url)
+        _rail_info(
+            ws, params.update_type, settings[ws.workspaces_agent_config_version], ws.id in retried, workspaces_url
+        )
         for ws in returned
     ]
     # One executemany instead of the unit of work's row-by-row flush (a partial sync may report thousands).
@@ -184,8 +194,13 @@ async def reconcile(
     }
 
 
-def _rail_info(ws: Workspace, update_type: str, settings: Any, workspaces_url: str | None) -> dict[str, Any]:
-    inclusion = rules.inclusion(update_type, _timestamps(ws))
+def _rail_info(
+    ws: Workspace, update_type: str, settings: Any, retried: bool, workspaces_url: str | None
+) -> dict[str, Any]:
+    # A retried Error workspace (rules.retries_apply) gets every resource, and no resource version: agentk
+    # (ours and upstream's) then reports its Deployment at the next partial update even when unchanged, so
+    # the workspace leaves Error as soon as an apply succeeds.
+    inclusion = rules.Inclusion.ALL if retried else rules.inclusion(update_type, _timestamps(ws))
     config = ""
     if inclusion is not rules.Inclusion.NONE:
         try:
@@ -214,7 +229,7 @@ def _rail_info(ws: Workspace, update_type: str, settings: Any, workspaces_url: s
         "namespace": ws.namespace,
         "desired_state": ws.desired_state,
         "actual_state": ws.actual_state,
-        "deployment_resource_version": ws.deployment_resource_version,
+        "deployment_resource_version": None if retried else ws.deployment_resource_version,
         "config_to_apply": config,
         "image_pull_secrets": [dict(secret) for secret in settings.image_pull_secrets],
     }

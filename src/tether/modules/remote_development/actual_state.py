@@ -128,17 +128,31 @@ FAILING_POD_REASONS = frozenset(
 )
 
 
+def _pod_failure(pod_failure: Mapping[str, Any] | None) -> Failure | None:
+    if isinstance(pod_failure, Mapping) and pod_failure.get("reason") in FAILING_POD_REASONS:
+        return Failure(str(pod_failure["reason"]), str(pod_failure.get("message") or "")[:1024])
+    return None
+
+
+def _lasting(pod_failure: Mapping[str, Any]) -> bool:
+    # Absent means lasting: agentk before the flag, and every reason but a transient one, report failures.
+    return pod_failure.get("lasting") is not False
+
+
 def explain_failure(deployment: Mapping[str, Any] | None, pod_failure: Mapping[str, Any] | None) -> Failure | None:
     """The failure a user should see, or None when nothing is known to be wrong (Tether addition).
 
     Args:
         deployment: ``latest_k8s_deployment_info`` or None.
-        pod_failure: Tether's ``pod_failure`` of a workspace_agent_info, ``{"reason", "message"}`` taken by
-            agentk from the workspace's pods (waiting/terminated container reasons, unschedulable), or None.
+        pod_failure: Tether's ``pod_failure`` of a workspace_agent_info, ``{"reason", "message", "lasting"}``
+            taken by agentk from the workspace's pods (waiting/terminated container reasons, unschedulable), or
+            None. ``lasting: false`` marks a cause that may still resolve on its own (a pod unschedulable for
+            less than agentk's grace, e.g. while its claim binds): not a failure by itself.
 
     Sources, in order: the Deployment's ``ReplicaFailure`` condition (quota, admission: pods cannot even be
-    created), then the pod problem when its reason is one of :data:`FAILING_POD_REASONS` (specific for as long
-    as the cause lasts), then ``Progressing`` with ``ProgressDeadlineExceeded``.
+    created), then a lasting pod problem whose reason is one of :data:`FAILING_POD_REASONS` (specific for as
+    long as the cause lasts), then ``Progressing`` with ``ProgressDeadlineExceeded`` (named by the pod's own
+    reason when agentk reports one, lasting or not: the deadline has decided it lasted).
     """
     conditions: list[Any] = []
     if isinstance(deployment, Mapping) and isinstance(deployment.get("status"), Mapping):
@@ -151,12 +165,25 @@ def explain_failure(deployment: Mapping[str, Any] | None, pod_failure: Mapping[s
         )
     # The pod's own reason comes before the Deployment's deadline: once the deadline passes (600 s by default,
     # 120 s in tests) it would otherwise replace "ImagePullBackOff: ..." with a generic word while the cause lasts.
-    if isinstance(pod_failure, Mapping) and pod_failure.get("reason") in FAILING_POD_REASONS:
-        return Failure(str(pod_failure["reason"]), str(pod_failure.get("message") or "")[:1024])
+    pod = _pod_failure(pod_failure)
+    if pod is not None and pod_failure is not None and _lasting(pod_failure):
+        return pod
     progressing = _condition(conditions, "Progressing")
     if progressing is not None and progressing.get("reason") == "ProgressDeadlineExceeded":
-        return Failure("ProgressDeadlineExceeded", str(progressing.get("message") or ""))
+        return pod or Failure("ProgressDeadlineExceeded", str(progressing.get("message") or ""))
     return None
+
+
+def waiting_reason(pod_failure: Mapping[str, Any] | None) -> str:
+    """What a workspace still ``Starting`` waits on, when agentk reports a cause that is not lasting yet, or "".
+
+    The reason stays specific while it lasts (issue 23 item 4): ``Unschedulable: 0/1 nodes are available: pod
+    has unbound immediate PersistentVolumeClaims (waiting: a failure if it lasts)``.
+    """
+    pod = _pod_failure(pod_failure)
+    if pod is None or pod_failure is None or _lasting(pod_failure):
+        return ""
+    return f"{pod.text()} (waiting: a failure if it lasts)"
 
 
 def calculate_with_failure(
@@ -171,7 +198,8 @@ def calculate_with_failure(
     when :func:`explain_failure` finds a reason.
 
     Returns:
-        (state, failure): failure is set only when the state is ``Failed``.
+        (state, failure): failure is set only when the state is ``Failed``; a cause not lasting yet leaves the
+        state as calculated (see :func:`waiting_reason` for its words).
     """
     state = calculate(deployment, termination_progress, error_details)
     if state in (State.STARTING, State.UNKNOWN, State.FAILED) and deployment is not None:

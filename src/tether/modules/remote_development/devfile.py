@@ -9,6 +9,7 @@ container at least, names are DNS labels, endpoint ports 1-65535).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -305,24 +306,25 @@ def _commands(root: Mapping[str, Any], containers: set[str]) -> list[tuple[str, 
     return post_start
 
 
-#: GitLab's default workspace image (its default devfile's).
-DEFAULT_IMAGE = "registry.gitlab.com/gitlab-org/gitlab-build-images/workspaces/ubuntu-24.04:latest"
-
-
-def default_devfile(image: str = DEFAULT_IMAGE) -> str:
-    """The devfile used when the user gives none: GitLab's default, one container with the editor, on ``image``.
-
-    The hub's ``workspaces.default_image`` chooses the image (a cluster without a registry uses one of its own).
-    """
-    return f"""schemaVersion: 2.2.0
+#: GitLab's workspace base image, the default devfile's container (a registry must be reachable).
+DEFAULT_DEVFILE_IMAGE = "registry.gitlab.com/gitlab-org/gitlab-build-images/workspaces/ubuntu-24.04:latest"
+#: Used when the user gives no devfile (GitLab's default: one container on its workspace base image).
+DEFAULT_DEVFILE = f"""schemaVersion: 2.2.0
 components:
   - name: development-environment
     attributes:
       {INJECT_EDITOR}: true
     container:
-      image: {image}
+      image: {DEFAULT_DEVFILE_IMAGE}
 """
 
 
-#: GitLab's default devfile, on its default image.
-DEFAULT_DEVFILE = default_devfile()
+def default_devfile(image: str = "") -> str:
+    """The default devfile, with ``image`` for its container instead of GitLab's when not empty.
+
+    The hub's ``workspaces.default_devfile_image`` sets it, for clusters that cannot pull GitLab's image
+    (``tether up``'s node reaches no registry). The image is written as a quoted YAML string.
+    """
+    if not image:
+        return DEFAULT_DEVFILE
+    return DEFAULT_DEVFILE.replace(f"image: {DEFAULT_DEVFILE_IMAGE}", f"image: {json.dumps(image)}")

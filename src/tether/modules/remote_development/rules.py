@@ -88,6 +88,43 @@ def returned_by_partial(ws: Timestamps, reported: bool) -> bool:
     )
 
 
+#: How the API server words a refusal of invalid objects (apimachinery's ``StatusReasonInvalid``, HTTP 422):
+#: ``<Kind> "<name>" is invalid: <causes>``. No retry changes it: the objects come from the devfile.
+INVALID_MARK = " is invalid: "
+
+
+def refused_as_invalid(error_message: str) -> bool:
+    """Whether an apply error is the API server refusing the workspace's objects as invalid (see above)."""
+    return INVALID_MARK in error_message
+
+
+def retries_apply(desired: str, actual: str, error_message: str) -> bool:
+    """Tether: an ``Error`` workspace goes back to agentk, with every resource, at every partial update.
+
+    Upstream returns an ``Error`` workspace once (its actual state changed) and then only at the hourly full
+    update, so a cause fixed in the cluster (a quota, an admission webhook, agentk's RBAC, the API server
+    back) leaves it ``Error`` for up to an hour. Seed 003 ("Workspace states"): the reconciliation "will
+    continually attempt to transition the actual_state to the desired_state value, unless the workspace is
+    in an unrecoverable state". Objects refused as invalid (:func:`refused_as_invalid`) are unrecoverable
+    (a devfile never changes), and a workspace desired ``Terminated`` is already returned until it is.
+    """
+    return actual == State.ERROR and desired != State.TERMINATED and not refused_as_invalid(error_message)
+
+
+def error_text(error_message: str) -> str:
+    """The reason an ``Error`` workspace shows: agentk's error and what happens next or what the user must do."""
+    error_message = error_message or "agentk reported an error without a message"
+    if refused_as_invalid(error_message):
+        return (
+            f"{error_message} (Kubernetes refuses the workspace's resources as invalid and no retry changes "
+            "that: terminate this workspace and create a new one with a corrected devfile)"
+        )
+    return (
+        f"{error_message} (agentk applies the workspace again at every partial reconciliation: it returns to its "
+        "desired state once the cause is fixed)"
+    )
+
+
 def desired_after_report(desired: str, reported_actual: str) -> str:
     """The RestartRequested -> Running flip when agentk reports Stopped (seed 003; reference §3.3)."""
     if desired == State.RESTART_REQUESTED and reported_actual == State.STOPPED:

@@ -4,6 +4,14 @@ A tunnel serves one call and is then retired. ``find`` hands out an idle tunnel 
 requested method, or waits until one registers. The tunnel tracker in Redis (or memory) learns that this
 kas holds tunnels of an agent on the agent's first tunnel, and forgets it 5 s after the agent's last idle
 tunnel is gone unless a new one arrives first (agentk reconnects at once after each call).
+
+On SIGTERM, before it stops, kas *drains* the registry (:meth:`TunnelRegistry.drain`): agents move to another
+kas make-before-break. kas has stopped accepting new connections on its agent listener, so a tunnel agentk
+opens now lands on another kas (through the load balancer); ending one idle tunnel of an agent with OK makes
+agentk open its replacement at once (Tether's agentk and upstream's alike, kas.md §1.4 step 4). Meanwhile the
+agent's other idle tunnels here keep serving. When the agent has tunnels on another kas (that kas'
+``TunnelsAvailable`` announcement, or the tunnel tracker), its remaining idle tunnels end, this kas' tracker
+entry for it goes at once, and the requests waiting here for it fail over.
 """
 
 from __future__ import annotations
@@ -12,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -100,6 +108,11 @@ class TunnelRegistry:
         self._aging: dict[int, set[Tunnel]] = {}
         self._background: set[asyncio.Task[None]] = set()
         self._stopped = False
+        #: Set while draining (:meth:`drain`): agents move to another kas.
+        self._draining = False
+        #: Agents known to have tunnels on another kas while draining.
+        self._moved: set[int] = set()
+        self._all_moved = asyncio.Event()
         #: Called with (agent_id) whenever a tunnel of that agent becomes idle here; used for metrics/tests.
         self.on_tunnel: Callable[[int], None] | None = None
 
@@ -114,6 +127,10 @@ class TunnelRegistry:
         """
         if self._stopped:
             return (grpc.StatusCode.UNAVAILABLE, "kas is shutting down")
+        if self._draining:
+            # A tunnel that raced the listener's stop: OK makes agentk open it again at once, on another kas; an
+            # error would make it back off first (kas.md §1.4 step 4).
+            return None
         self._add(tunnel)
         bucket = self._age_out_later(tunnel, max_age_s)
         try:
@@ -172,6 +189,7 @@ class TunnelRegistry:
         if not tunnels:
             del self._idle[tunnel.agent_id]
             self._schedule_unregistration(tunnel.agent_id)
+            self._check_all_moved()
 
     # ---- find (called by the gateway) --------------------------------------------------------------
 
@@ -181,7 +199,7 @@ class TunnelRegistry:
         Raises:
             RegistryStopped: the registry is shutting down.
         """
-        if self._stopped:
+        if self._stopped or agent_id in self._moved:
             raise RegistryStopped("kas is shutting down")
         waiter = _Waiter(agent_id, service, method)
         # Newest first: agentk may close its oldest extra idle tunnels, so those are the riskiest to hand out.
@@ -204,7 +222,7 @@ class TunnelRegistry:
             waiter.future.cancel()
         elif not waiter.future.cancelled() and waiter.future.exception() is None and not used:
             tunnel = waiter.future.result()
-            if tunnel.state is TunnelState.FOUND and not self._stopped:
+            if tunnel.state is TunnelState.FOUND and not self._stopped and tunnel.agent_id not in self._moved:
                 self._add(tunnel)  # not used: back to the registry for the next caller
             elif tunnel.state is TunnelState.FOUND:
                 tunnel.retire()
@@ -287,6 +305,61 @@ class TunnelRegistry:
     def waiting_count(self) -> int:
         """Number of find requests waiting for a tunnel."""
         return sum(len(w) for w in self._waiters.values())
+
+    async def drain(self, elsewhere: Callable[[int], Awaitable[bool]], timeout_s: float) -> int:
+        """Move the agents with idle tunnels here to other kas instances, make-before-break (module docstring).
+
+        Args:
+            elsewhere: whether an agent already has tunnels on another kas (the tunnel tracker); errors count as no.
+            timeout_s: give up waiting for the agents that have not moved after this many seconds.
+
+        Returns:
+            the number of agents that had not moved when the wait ended (their tunnels end at :meth:`stop`).
+        """
+        self._draining = True
+        agents = list(self._idle)
+        results = await asyncio.gather(*(elsewhere(a) for a in agents), return_exceptions=True)
+        for agent_id, moved in zip(agents, results, strict=True):
+            if moved is True:
+                self.moved(agent_id)
+            elif tunnels := self._idle.get(agent_id):
+                # One tunnel ends now: agentk opens its replacement on another kas; the others keep serving.
+                tunnel = tunnels[0]
+                self._remove_idle(tunnel)
+                tunnel.retire()
+        self._check_all_moved()
+        log.info(
+            "draining: %d agents with idle tunnels here, %d of them already on another kas",
+            len(agents),
+            sum(moved is True for moved in results),
+        )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._all_moved.wait(), timeout_s)
+        return len(self._idle)
+
+    def moved(self, agent_id: int) -> None:
+        """While draining: ``agent_id`` has tunnels on another kas, so its tunnels and entry here go now.
+
+        Called for every ``TunnelsAvailable`` announcement of another kas; does nothing unless draining.
+        """
+        if not self._draining or self._stopped:
+            return
+        self._moved.add(agent_id)
+        for tunnel in self._idle.pop(agent_id, []):
+            tunnel.retire()
+        for waiter in self._waiters.pop(agent_id, []):
+            if not waiter.future.done():
+                # The routing kas moves on to the kas that announced the agent.
+                waiter.future.set_exception(RegistryStopped("kas is shutting down; the agent moved"))
+        self._cancel_unregistration(agent_id)
+        if agent_id in self._tracked:
+            self._tracked.discard(agent_id)
+            self._spawn(self._io("unregister", agent_id))
+        self._check_all_moved()
+
+    def _check_all_moved(self) -> None:
+        if self._draining and not self._idle:
+            self._all_moved.set()
 
     def tracked_agents(self) -> set[int]:
         """Agents this kas has registered in the tunnel tracker."""

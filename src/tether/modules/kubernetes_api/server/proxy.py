@@ -14,7 +14,7 @@ refuse; every other path is relayed as ``MakeRequest`` carrying it (issue 9 item
 Errors kas produces are Kubernetes ``Status`` bodies (``status.py``): 400 outside the prefix, 401 for
 credentials, 403 for CORS and nested impersonation, 500 when the hub fails, 502 when the tunnel or agent
 fails, 504 when no agent connection was found in time. Once the response head is sent, a failure cuts the
-connection instead.
+connection instead, except for a watch, which ends with its terminating chunk (the client watches again).
 """
 
 from __future__ import annotations
@@ -241,6 +241,10 @@ class KubernetesApiProxy:
             if call.raw is not None:
                 call.raw.close()
         if status is not None and status.code != 0:
+            if watch and call.head_sent:
+                # The path to the agent broke mid-watch (e.g. the gateway kas' tunnel ended before its forwarded
+                # call at the end of its grace period): like a routing failure, the client simply watches again.
+                return await self._end_watch(call, f"the agent's answer failed: {status.message}")
             return self._fail(call, _agent_failure(status))
         if not call.complete:
             if watch and call.head_sent:

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from tether.kube.client import KubeClient, KubeError
@@ -20,21 +21,56 @@ from tether.modules.remote_development.actual_state import FAILING_POD_REASONS
 
 WORKSPACE_ID_ANNOTATION = "workspaces.gitlab.com/id"
 _MAX_MESSAGE = 512
+#: How long a pod may stay unschedulable before that is a failure. The scheduler also says Unschedulable while
+#: things that resolve on their own are under way: a claim being bound or provisioned (Immediate binding, or
+#: a WaitForFirstConsumer provisioner still working), a volume or node being added. Kubernetes' own verdict
+#: comes only at the Deployment's progress deadline (600 s by default); a minute keeps Failed fast.
+UNSCHEDULABLE_GRACE_S = 60.0
+#: Reasons that may resolve on their own, each reported as a failure only once it lasted the grace above.
+TRANSIENT_REASONS = frozenset({"Unschedulable"})
 
 
 @dataclass(frozen=True)
 class PodProblem:
-    """Why a workspace's pod cannot run: ``reason`` (``ImagePullBackOff``) and the cluster's ``message``."""
+    """Why a workspace's pod cannot run.
+
+    Attributes:
+        reason: a machine word (``ImagePullBackOff``, ``Unschedulable``).
+        message: the cluster's explanation.
+        since: when the cause began (the condition's ``lastTransitionTime``), for :data:`TRANSIENT_REASONS`;
+            None otherwise or when the cluster did not say.
+    """
 
     reason: str
     message: str
+    since: datetime | None = None
+
+    def lasting(self, now: datetime, grace_s: float = UNSCHEDULABLE_GRACE_S) -> bool:
+        """Whether the problem is a failure at ``now`` (timezone-aware).
+
+        Always, except a transient reason (:data:`TRANSIENT_REASONS`) that began less than ``grace_s`` seconds
+        ago.
+        """
+        if self.reason not in TRANSIENT_REASONS or self.since is None:
+            return True
+        return (now - self.since).total_seconds() >= grace_s
+
+
+def _timestamp(value: object) -> datetime | None:
+    # Kubernetes writes RFC 3339 in UTC ("2026-11-26T15:55:03Z"); anything else counts as unknown.
+    try:
+        parsed = datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
 
 
 def pod_problem(pod: Mapping[str, Any]) -> PodProblem | None:
     """The first problem of a pod that means it cannot run on its own, or None.
 
     Container waiting reasons (image pull, crash loop, config errors), the last termination of a restarting
-    container (``Error``, ``OOMKilled``), then ``PodScheduled=False`` with ``Unschedulable``.
+    container (``Error``, ``OOMKilled``), then ``PodScheduled=False`` with ``Unschedulable`` (with its
+    ``lastTransitionTime`` as ``since``: see :meth:`PodProblem.lasting`).
     """
     status = pod.get("status") or {}
     for key in ("initContainerStatuses", "containerStatuses"):
@@ -48,7 +84,8 @@ def pod_problem(pod: Mapping[str, Any]) -> PodProblem | None:
     for condition in status.get("conditions") or []:
         unschedulable = condition.get("status") == "False" and condition.get("reason") == "Unschedulable"
         if condition.get("type") == "PodScheduled" and unschedulable:
-            return PodProblem("Unschedulable", str(condition.get("message") or "")[:_MAX_MESSAGE])
+            message = str(condition.get("message") or "")[:_MAX_MESSAGE]
+            return PodProblem("Unschedulable", message, _timestamp(condition.get("lastTransitionTime")))
     return None
 
 
@@ -110,20 +147,27 @@ class _Pods:
         metadata = obj.get("metadata") or {}
         namespace, name = str(metadata.get("namespace", "")), str(metadata.get("name", ""))
         workspace_id = str((metadata.get("annotations") or {}).get(WORKSPACE_ID_ANNOTATION, ""))
-        self.on_delete(namespace, name)
+        had_problem = self._forget(namespace, name)
         problem = pod_problem(obj)
         if problem is not None:
             self.workspace_of[(namespace, name)] = workspace_id
             self.problems.setdefault((namespace, workspace_id), {})[name] = problem
             self._changed.set()
+        elif had_problem:
+            self._changed.set()  # the problem went away (the pod got scheduled at last): report it early too
 
     def on_delete(self, namespace: str, name: str) -> None:
+        self._forget(namespace, name)
+
+    def _forget(self, namespace: str, name: str) -> bool:
+        """Forget the pod's problem; True if it had one."""
         workspace_id = self.workspace_of.pop((namespace, name), None)
         if workspace_id is not None:
             pods = self.problems.get((namespace, workspace_id), {})
             pods.pop(name, None)
             if not pods:
                 self.problems.pop((namespace, workspace_id), None)
+        return workspace_id is not None
 
     def on_synced(self) -> None:
         self.synced = True

@@ -7,8 +7,8 @@ workspace, later runs ``partial`` with only what the hub has not acknowledged. T
 * terminations in progress (name -> namespace, and whether agentk deletes the namespace);
 * apply errors not yet delivered (name -> message), deleted once the hub has answered for the workspace or
   when a later apply of the workspace succeeds (upstream's versioned error tracker);
-* pod problems already reported (name -> reason), so a new problem is sent even when the Deployment
-  did not change (Tether's fast failure).
+* pod problems already reported (name -> reason, and whether lasting), so a new problem, or one that has now
+  lasted long enough to be a failure, is sent even when the Deployment did not change (Tether's fast failure).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import asyncio
 import hashlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
@@ -24,7 +25,11 @@ import structlog
 from tether.kube.client import KubeApiError, KubeClient, KubeError
 from tether.modules.remote_development import AGENT_ID_LABEL
 from tether.modules.remote_development.agent.applier import Applier
-from tether.modules.remote_development.agent.informer import WORKSPACE_ID_ANNOTATION, WorkspaceInformer
+from tether.modules.remote_development.agent.informer import (
+    UNSCHEDULABLE_GRACE_S,
+    WORKSPACE_ID_ANNOTATION,
+    WorkspaceInformer,
+)
 from tether.modules.remote_development.params import UPDATE_FULL, UPDATE_PARTIAL
 from tether.modules.remote_development.states import State
 
@@ -52,10 +57,19 @@ class Reconciler:
         client: API client.
         informer: the (started, synced) watch of the agent's workspaces.
         agent_id: the agent's id (label on created namespaces).
+        unschedulable_grace_s: how long a pod may stay unschedulable before it is reported as a failure
+            (:meth:`PodProblem.lasting`).
     """
 
-    def __init__(self, client: KubeClient, informer: WorkspaceInformer, agent_id: int) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        informer: WorkspaceInformer,
+        agent_id: int,
+        unschedulable_grace_s: float = UNSCHEDULABLE_GRACE_S,
+    ) -> None:
         self._client = client
+        self._unschedulable_grace_s = unschedulable_grace_s
         self._informer = informer
         self._agent_id = agent_id
         self._applier = Applier(client)
@@ -69,18 +83,21 @@ class Reconciler:
     async def build_request(self) -> dict[str, Any]:
         """The next reconcile body: ``full`` until one full run succeeded, then ``partial``."""
         infos: dict[str, dict[str, Any]] = {}
+        now = datetime.now(UTC)
         for deployment in self._informer.deployments():
             meta = deployment.get("metadata") or {}
             name, namespace = str(meta.get("name", "")), str(meta.get("namespace", ""))
             workspace_id = str((meta.get("annotations") or {}).get(WORKSPACE_ID_ANNOTATION, ""))
             problem = self._informer.problem(namespace, workspace_id)
-            problem_key = f"{problem.reason}: {problem.message}" if problem else ""
+            lasting = problem is not None and problem.lasting(now, self._unschedulable_grace_s)
+            problem_key = f"{problem.reason}: {problem.message} ({lasting})" if problem else ""
             unchanged = self._acknowledged.get(name) == str(meta.get("resourceVersion", ""))
             if self.full_done and unchanged and self._reported_problems.get(name, "") == problem_key:
                 continue
             info: dict[str, Any] = {"name": name, "namespace": namespace, "latest_k8s_deployment_info": deployment}
             if problem is not None:
-                info["pod_failure"] = {"reason": problem.reason, "message": problem.message}
+                # lasting false: a cause that may resolve on its own, not a failure yet (the hub says Starting).
+                info["pod_failure"] = {"reason": problem.reason, "message": problem.message, "lasting": lasting}
             self._reported_problems[name] = problem_key
             infos[name] = info
         for name, termination in self._terminations.items():
@@ -135,6 +152,10 @@ class Reconciler:
         version = info.get("deployment_resource_version")
         if version is not None:
             self._acknowledged[name] = str(version)
+        else:
+            # The hub holds no version (a new workspace, or an Error one it wants re-reported): the next partial
+            # run sends the Deployment even if unchanged (upstream stores "" for null, with the same effect).
+            self._acknowledged.pop(name, None)
         if error_delivered:
             self._errors.pop(name, None)
         config = str(info.get("config_to_apply") or "")

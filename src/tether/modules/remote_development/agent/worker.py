@@ -28,7 +28,7 @@ from tether.kube.lease import LeaderElector
 from tether.modagent.api import AgentApi
 from tether.modshared.module import Module
 from tether.modules.remote_development import MODULE_NAME
-from tether.modules.remote_development.agent.informer import WorkspaceInformer
+from tether.modules.remote_development.agent.informer import UNSCHEDULABLE_GRACE_S, WorkspaceInformer
 from tether.modules.remote_development.agent.reconciler import Reconciler
 from tether.modules.remote_development.settings import DEFAULT_FULL_SYNC_SECONDS, DEFAULT_PARTIAL_SYNC_SECONDS
 from tether.pb.gitlab.agent.agentcfg import agentcfg_pb2
@@ -55,11 +55,14 @@ class SyncSettings:
     Attributes:
         enabled: workspaces on.
         partial_s, full_s: the intervals in seconds (defaults 10 s and 1 h; must be > 0).
+        unschedulable_grace_s: how long a pod may stay unschedulable before that is a failure (not part of
+            the configuration; tests shorten or lengthen it).
     """
 
     enabled: bool
     partial_s: float
     full_s: float
+    unschedulable_grace_s: float = UNSCHEDULABLE_GRACE_S
 
     @classmethod
     def from_configuration(cls, configuration: agentcfg_pb2.AgentConfiguration) -> SyncSettings:
@@ -105,14 +108,17 @@ class RemoteDevelopmentWorker:
         """Reconcile until cancelled."""
         informer = WorkspaceInformer(self._client, self._agent_id)
         informer.start()
+        grace_s = self._settings.unschedulable_grace_s
         try:
             if not await informer.wait_synced(SYNC_WAIT_S):
                 _log.warning("workspaces_watch_not_synced", waited_s=SYNC_WAIT_S, error=informer.last_error)
-            reconciler = Reconciler(self._client, informer, self._agent_id)
+            reconciler = Reconciler(self._client, informer, self._agent_id, grace_s)
             next_full = time.monotonic() + self._settings.full_s
             while True:
                 if time.monotonic() >= next_full:
-                    reconciler = Reconciler(self._client, informer, self._agent_id)
+                    reconciler = Reconciler(
+                        self._client, informer, self._agent_id, self._settings.unschedulable_grace_s
+                    )
                     next_full = time.monotonic() + self._settings.full_s
                 kind = "partial" if reconciler.full_done else "full"
                 started = time.monotonic()

@@ -31,6 +31,10 @@ NOT_FOUND = "does not exist or you don't have permission to perform this action"
 _POLL_S = 1.0
 #: Actual states that end a ``--wait`` without reaching the desired state (seed 003 "Workspace states").
 _FAILED_STATES = frozenset({State.FAILED, State.ERROR})
+#: How long a failure the workspace was already in when ``--wait`` began may last before it ends the wait: it
+#: predates the request, and the next partial reconciliation (10 s by default) may clear it (an Error is
+#: retried at every one, a Failed pod may start).
+_STALE_FAILURE_S = 30.0
 
 
 class Hub:
@@ -142,6 +146,10 @@ def _target(desired: str) -> str:
 def _wait(options: Options, workspace: dict[str, Any], timeout_s: float) -> None:
     """Print each actual state change of ``workspace`` until it reaches its desired state.
 
+    A restart is reached once the hub has flipped ``RestartRequested`` back to ``Running`` (agentk reported
+    ``Stopped``) and the workspace runs again; until then its states are those of before the restart. A failure
+    the workspace was already in when the wait began ends it only after :data:`_STALE_FAILURE_S` seconds.
+
     Raises:
         click.ClickException: the workspace failed (its reason is printed), vanished, or ``timeout_s`` seconds
             passed first.
@@ -149,7 +157,9 @@ def _wait(options: Options, workspace: dict[str, Any], timeout_s: float) -> None
     target = _target(workspace["desiredState"])
     ref = workspace["id"].removeprefix(GID)
     query = f"query($id: ID!) {{ workspace(id: $id) {{ {_FIELDS} }} }}"
-    deadline = time.monotonic() + timeout_s
+    started = time.monotonic()
+    deadline = started + timeout_s
+    initial = (workspace["actualState"], workspace.get("actualStateMessage") or "")
     seen: tuple[str, str] | None = None
     while True:
         state = workspace["actualState"]
@@ -157,13 +167,16 @@ def _wait(options: Options, workspace: dict[str, Any], timeout_s: float) -> None
         if (state, reason) != seen:
             seen = (state, reason)
             click.echo(f"{workspace['name']}: {state}" + (f" ({reason})" if reason else ""))
-        if state == target:
+        restarting = workspace["desiredState"] == State.RESTART_REQUESTED
+        if state == target and not restarting:
             return
-        if state in _FAILED_STATES:
+        stale = (state, reason) == initial and time.monotonic() - started < _STALE_FAILURE_S
+        if state in _FAILED_STATES and not restarting and not stale:
             raise click.ClickException(f"{workspace['name']} is {state}, not {target}: {reason or 'no reason given'}")
         if time.monotonic() >= deadline:
             raise click.ClickException(
                 f"{workspace['name']} is still {state} after {timeout_s:g} s (waiting for {target})"
+                + (f": {reason}" if reason else "")
             )
         time.sleep(_POLL_S)
         found = _call_on(options, ref, query, {"id": workspace["id"]})["workspace"]
