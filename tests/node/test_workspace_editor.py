@@ -91,6 +91,15 @@ def wait_for(check: object, limit_s: float, what: str) -> None:
     pytest.fail(f"timed out after {limit_s}s waiting for {what}")
 
 
+def typed_in_terminal(kubectl: Kubectl, namespace: str, limit_s: float = 30) -> bool:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if "typed-in-the-terminal" in in_volume(kubectl, namespace, "cat", "/projects/terminal.txt", check=False):
+            return True
+        time.sleep(1)
+    return False
+
+
 def edit_and_save(page: Page, base: str, file: str) -> None:
     page.goto(f"{base}lab/tree/{file}")
     content = page.locator(".jp-FileEditor:visible .cm-content")
@@ -130,7 +139,7 @@ def test_a_workspace_from_the_console_default_devfile_with_its_editor(
     shot(editor, "02-editor")
 
     edit_and_save(editor, base, "notes.txt")
-    wait_for(lambda: EDIT in in_volume(kubectl, namespace, "cat", "/projects/notes.txt"), 60, "the saved edit")
+    wait_for(lambda: EDIT in in_volume(kubectl, namespace, "cat", "/projects/notes.txt", check=False), 60, "the saved edit")
     shot(editor, "03-file-saved")
 
     # A terminal of the editor: a command and its output over the WebSocket through kas.
@@ -140,13 +149,13 @@ def test_a_workspace_from_the_console_default_devfile_with_its_editor(
     editor.locator('li.lm-Menu-item[data-command="terminal:create-new"]').click()
     terminal = editor.locator(".jp-Terminal .xterm")
     expect(terminal).to_be_visible(timeout=EDITOR_WAIT_MS)
-    terminal.click()
-    editor.keyboard.type("echo typed-in-the-terminal > /projects/terminal.txt\n")
-    wait_for(
-        lambda: "typed-in-the-terminal" in in_volume(kubectl, namespace, "cat", "/projects/terminal.txt"),
-        60,
-        "the terminal's command",
-    )
+    # Keys typed before the terminal's WebSocket is open are lost: type again until the command has run.
+    for _attempt in range(4):
+        terminal.click()
+        editor.keyboard.type("echo typed-in-the-terminal > /projects/terminal.txt\n")
+        if typed_in_terminal(kubectl, namespace):
+            break
+    assert typed_in_terminal(kubectl, namespace), "the command typed in the terminal never ran"
     shot(editor, "04-terminal")
 
     # Stop, start: the volume keeps the edit, the editor comes back.
