@@ -139,7 +139,8 @@ def test_a_workspace_from_the_console_default_devfile_with_its_editor(
     shot(editor, "02-editor")
 
     edit_and_save(editor, base, "notes.txt")
-    wait_for(lambda: EDIT in in_volume(kubectl, namespace, "cat", "/projects/notes.txt", check=False), 60, "the saved edit")
+    saved = "/projects/notes.txt"
+    wait_for(lambda: EDIT in in_volume(kubectl, namespace, "cat", saved, check=False), 60, "the saved edit")
     shot(editor, "03-file-saved")
 
     # A terminal of the editor: a command and its output over the WebSocket through kas.
