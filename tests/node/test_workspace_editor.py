@@ -76,10 +76,10 @@ def shot(page: Page, name: str) -> None:
     page.screenshot(path=str(ARTEFACTS / f"{name}.png"))
 
 
-def in_volume(kubectl: Kubectl, namespace: str, *command: str) -> str:
-    return kubectl.run(
-        "exec", "-n", namespace, f"deploy/{NAME}", "-c", "development-environment", "--", *command
-    ).stdout
+def in_volume(kubectl: Kubectl, namespace: str, *command: str, check: bool = True) -> str:
+    """Run ``command`` in the workspace's container (the default devfile's only one); its standard output."""
+    where = ("exec", "-n", namespace, f"deploy/{NAME}", "-c", "development-environment", "--")
+    return kubectl.run(*where, *command, check=check).stdout
 
 
 def wait_for(check: object, limit_s: float, what: str) -> None:
