@@ -39,6 +39,7 @@ pytest:
 # (reused when unchanged).
 images: bootstrap
 	$(BIN)/python -m tether.devenv.images
+	$(BIN)/python -m tether.devenv.tools_image
 
 bench: bootstrap
 	$(BIN)/python bench/testenv.py

@@ -28,6 +28,8 @@ dpkg-query -W -f="\${Status}" busybox-static 2>/dev/null | grep -q "ok installed
 command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
 command -v umoci >/dev/null 2>&1 || missing+=(umoci)
 command -v strip >/dev/null 2>&1 || missing+=(binutils)
+# The workspace tools-injector image (tether.devenv.tools_image): its Python loads the loader it ships.
+command -v patchelf >/dev/null 2>&1 || missing+=(patchelf)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "bootstrap: installing Debian packages: ${missing[*]}"
   SUDO=""

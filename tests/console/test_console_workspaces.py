@@ -102,7 +102,7 @@ def test_workspaces_page_end_to_end(env: Env, browser: Browser, kubectl: Kubectl
     expect(row(page, "console-ws").locator(".badge")).to_have_class(re.compile(r"\bok\b"))
     ws_id = int((row(page, "console-ws").get_attribute("id") or "").rsplit("-", 1)[1])
     assert open_link.get_attribute("href") == (
-        f"{WORKSPACES_URL}-/workspaces/console-ws/60001/?folder=%2Fprojects%2Fplatform%2Fclusters"
+        f"{WORKSPACES_URL}-/workspaces/console-ws/8080/?folder=%2Fprojects%2Fplatform%2Fclusters"
     )
     assert page.evaluate("window.notReloaded") is True
     shot(page, "09-workspaces")

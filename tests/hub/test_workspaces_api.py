@@ -16,7 +16,8 @@ def test_developer_creates_owner_sees_and_changes_state(hub: RealHub) -> None:
     assert created["desiredState"] == "Running" and created["actualState"] == "CreationRequested"
     assert created["name"].startswith(f"workspace-{ws.setup.agent_id}-{ws.setup.user_ids['developer']}-")
     assert created["namespace"].startswith("gl-rd-ns-")
-    assert created["url"].startswith(f"https://60001-{created['name']}.workspaces.example.com/?folder=")
+    # The devfile serves 8080 and gets no editor: the URL names the port it serves.
+    assert created["url"].startswith(f"https://8080-{created['name']}.workspaces.example.com/?folder=")
     assert created["clusterAgent"]["name"] == "production" and created["user"]["username"] == "developer"
     mine = graphql(hub, ws.setup.tokens["developer"], LIST).json()["data"]["workspaces"]
     assert [n["id"] for n in mine["nodes"]] == [created["id"]]

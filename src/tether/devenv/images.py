@@ -230,8 +230,8 @@ def _requirements(root: Path, extra: str | None) -> str:
     return run(args, "uv export", cwd=root)
 
 
-def _install_site(target: Path, requirements: Path, wheel: Path, python_version: str) -> None:
-    """Install the locked dependencies and the wheel into ``target`` for Debian's Python (binary wheels only)."""
+def _install_site(target: Path, requirements: Path, wheel: Path | None, python_version: str) -> None:
+    """Install the locked dependencies and the wheel (if given) into ``target`` for Debian's Python (binary wheels)."""
     shutil.rmtree(target, ignore_errors=True)
     common = [
         *_uv(),
@@ -253,7 +253,8 @@ def _install_site(target: Path, requirements: Path, wheel: Path, python_version:
         "copy",
     ]
     run([*common, "--require-hashes", "-r", str(requirements)], "uv pip install (dependencies)")
-    run([*common, str(wheel)], "uv pip install (tether wheel)")
+    if wheel is not None:
+        run([*common, str(wheel)], "uv pip install (tether wheel)")
     # Console scripts carry the build host's interpreter path; the image gets its own launcher instead.
     shutil.rmtree(target / "bin", ignore_errors=True)
     for cache in target.rglob("__pycache__"):

@@ -643,7 +643,8 @@ def import_archives(record: dict[str, Any], archives: list[Path]) -> None:
     for node in record.get("nodes", []):
         socket_path = Path(node["directory"]) / "containerd.sock"
         for archive in archives:
-            result = _ctr(socket_path, "images", "import", str(archive), timeout=300)
+            # Unpacking a few hundred MiB (the editor's tools image) takes minutes under load: a bound above it.
+            result = _ctr(socket_path, "images", "import", str(archive), timeout=600)
             if result.returncode != 0:
                 raise node_net.NodeNetworkError(f"ctr images import {archive} failed: {result.stderr.strip()}")
 

@@ -32,6 +32,7 @@ from tether.devenv.helm import build_helm
 from tether.devenv.images import build_images
 from tether.devenv.kubeapi import ApiError, KubeApi
 from tether.devenv.process import EnvironmentProblem
+from tether.devenv.tools_image import build_tools_image
 
 Progress = Callable[[str], None]
 RELEASE = "tether-agent"
@@ -94,6 +95,10 @@ async def install_agentk(
     image = (await asyncio.to_thread(build_images, ["agentk"], progress=progress))[0]
     progress(f"loading {image.reference} into the real node's containerd")
     await asyncio.to_thread(cluster.real.import_image, image.archive)
+    # The default devfile gets the editor: its tools-injector image must be on the node too (no registry).
+    progress("images: the workspace tools injector (the editor copied into each workspace)")
+    tools = await asyncio.to_thread(build_tools_image, progress=progress)
+    await asyncio.to_thread(cluster.real.import_image, tools.archive)
     helm = await asyncio.to_thread(build_helm, progress=progress)
 
     values_file = state_dir / "agentk-values.yaml"

@@ -57,7 +57,7 @@ async def reconcile_route(request: Request, token: AgentToken) -> Any:
     changed: list[str] = []
     try:
         async with state.db.transaction() as session:
-            answer = await reconcile(session, owner.agent.id, body, changed)
+            answer = await reconcile(session, owner.agent.id, body, changed, state.config.kas.workspaces_url)
     except ParamsError as exc:
         return _bad(str(exc))
     await announce_workspace_changes(state, changed)  # after the commit: kas re-reads what it asks next

@@ -24,6 +24,7 @@ from tether.hub.errors import Forbidden, Unauthorized
 from tether.hub.service import users
 from tether.hub.service.principal import SCOPE_API, SCOPE_READ_API
 from tether.hub.workspaces.reconcile import cached_devfile
+from tether.modules.remote_development.desired_config import EDITOR_PORT
 from tether.modules.remote_development.devfile import DevfileError
 from tether.modules.remote_development.states import State
 from tether.modules.workspace_access import ACCESS_PAT, ACCESS_SESSION
@@ -73,12 +74,15 @@ class WorkspaceAccess:
 
 
 def exposed_ports(ws: Workspace) -> list[int]:
-    """The Service ports of ``ws``: its devfile's endpoints, as its Service declares them (reference §4.2)."""
+    """The Service ports of ``ws``: its devfile's endpoints and the injected editor's (reference §4.2)."""
     try:
         devfile = cached_devfile(ws.devfile)
     except DevfileError:
         return []
-    return sorted({endpoint.target_port for c in devfile.containers for endpoint in c.endpoints})
+    ports = {endpoint.target_port for c in devfile.containers for endpoint in c.endpoints}
+    if devfile.editor_injected:
+        ports.add(EDITOR_PORT)
+    return sorted(ports)
 
 
 async def _token_user(session: AsyncSession, token: str) -> User:

@@ -7,7 +7,7 @@ DNS. Both carry GitLab's ``?folder=/projects/<project path>`` for the editor.
 
 from __future__ import annotations
 
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 
 def address(url_prefix: str, name: str, dns_zone: str, project_path: str, workspaces_url: str | None = None) -> str:
@@ -26,3 +26,14 @@ def address(url_prefix: str, name: str, dns_zone: str, project_path: str, worksp
         return f"https://{url_prefix}.{dns_zone}/{folder}"
     port = url_prefix.split("-", 1)[0]
     return f"{workspaces_url}-/workspaces/{quote(name, safe='')}/{port}/{folder}"
+
+
+def editor_base_path(name: str, port: int, workspaces_url: str | None) -> str:
+    """The path at which browsers reach the workspace's port ``port``: what the editor serves its pages under.
+
+    ``/`` in the host form; in the path form the path of :func:`address` without its query
+    (``/-/workspaces/<name>/<port>/`` under ``workspaces_url``'s own path).
+    """
+    if workspaces_url is None:
+        return "/"
+    return f"{urlsplit(workspaces_url).path or '/'}-/workspaces/{quote(name, safe='')}/{port}/"

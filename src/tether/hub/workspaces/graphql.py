@@ -75,7 +75,8 @@ class Context(BaseContext):
         db: the database.
         announce: called with the names of created or changed workspaces, after the commit.
         user_limit: the hub's ``workspaces.max_active_workspaces_per_user``.
-        default_devfile: the hub's ``workspaces.default_devfile``, for a create without a devfile.
+        default_devfile: the devfile of a create without one (the hub's ``workspaces.default_devfile``).
+        workspaces_url: the hub's ``kas.workspaces_url`` (None: the host form), for each workspace's ``url``.
     """
 
     def __init__(
@@ -85,8 +86,11 @@ class Context(BaseContext):
         announce: Callable[[list[str]], Awaitable[None]] | None = None,
         user_limit: int = -1,
         default_devfile: str = DEFAULT_DEVFILE,
+        workspaces_url: str | None = None,
     ) -> None:
         super().__init__()
+        self.default_devfile = default_devfile
+        self.workspaces_url = workspaces_url
         self.principal = principal
         self.db = db
         self.announce = announce
@@ -230,7 +234,9 @@ class WorkspacePayload:
     client_mutation_id: str | None = None
 
 
-async def _views(session: AsyncSession, rows: list[WorkspaceRow], with_devfile: bool = True) -> list[Workspace]:
+async def _views(
+    session: AsyncSession, rows: list[WorkspaceRow], workspaces_url: str | None, with_devfile: bool = True
+) -> list[Workspace]:
     extra = await listing.related(session, [row.id for row in rows])
     views = []
     for row in rows:
@@ -257,7 +263,7 @@ async def _views(session: AsyncSession, rows: list[WorkspaceRow], with_devfile: 
                 devfile_ref=row.project_ref,
                 devfile_path=row.devfile_path,
                 devfile=row.devfile if with_devfile else "",  # not selected, so never sent
-                url=address(row.url_prefix, row.name, near.dns_zone, near.project_path),
+                url=address(row.url_prefix, row.name, near.dns_zone, near.project_path, workspaces_url),
                 workspaces_agent_config_version=row.workspaces_agent_config_version,
                 max_hours_before_termination=row.max_hours_before_termination,
                 created_at=row.created_at,
@@ -298,7 +304,7 @@ class Query:
             query = query.options(defer(WorkspaceRow.devfile, raiseload=True))
         async with context.transaction(write=False) as session:
             rows = list(await session.scalars(query.limit(max(1, min(first, MAX_PAGE)))))
-            nodes = await _views(session, rows, context.wants_devfile)
+            nodes = await _views(session, rows, context.workspaces_url, context.wants_devfile)
             return WorkspaceConnection(nodes=nodes, count=len(rows))
 
     @strawberry.field(description="One workspace by global id.")  # type: ignore[untyped-decorator]
@@ -311,7 +317,7 @@ class Query:
             except (NotFound, BadRequest):
                 return None
             # The request's session may hold this row from a ``workspaces`` field with its devfile deferred.
-            return (await _views(session, [row], context.wants_devfile))[0]
+            return (await _views(session, [row], context.workspaces_url, context.wants_devfile))[0]
 
 
 def _errors(exc: BadRequest) -> list[str]:
@@ -347,7 +353,7 @@ class Mutation:
                     user_limit=context.user_limit,
                     default_devfile=context.default_devfile,
                 )
-                view = (await _views(session, [row]))[0]
+                view = (await _views(session, [row], context.workspaces_url))[0]
             await context.changed(view.name)  # a refusal kas cached for the new name must go
         except BadRequest as exc:
             return WorkspacePayload(workspace=None, errors=_errors(exc), client_mutation_id=input.client_mutation_id)
@@ -363,7 +369,7 @@ class Mutation:
             workspace_id = _id(input.id, GID_WORKSPACE, "id")
             async with context.transaction(write=True) as session:
                 row = await operations.update(session, context.principal, workspace_id, input.desired_state)
-                view = (await _views(session, [row]))[0]
+                view = (await _views(session, [row], context.workspaces_url))[0]
             await context.changed(view.name)
         except BadRequest as exc:
             return WorkspacePayload(workspace=None, errors=_errors(exc), client_mutation_id=input.client_mutation_id)
@@ -480,6 +486,7 @@ async def _context(request: Request, principal: Annotated[Principal, Depends(aut
         announce=lambda names: announce_workspace_changes(state, names),
         user_limit=state.config.workspaces.max_active_workspaces_per_user,
         default_devfile=state.config.workspaces.default_devfile,
+        workspaces_url=state.config.kas.workspaces_url,
     )
 
 

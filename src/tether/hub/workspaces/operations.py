@@ -27,7 +27,8 @@ from tether.hub.roles import Role
 from tether.hub.service.access import require_project_level
 from tether.hub.service.principal import Principal
 from tether.hub.workspaces import agent_settings
-from tether.modules.remote_development.devfile import DEFAULT_DEVFILE, DevfileError, parse_devfile
+from tether.modules.remote_development.desired_config import EDITOR_PORT
+from tether.modules.remote_development.devfile import DEFAULT_DEVFILE, Devfile, DevfileError, parse_devfile
 from tether.modules.remote_development.states import State, parse_desired
 
 log = logging.getLogger(__name__)
@@ -137,7 +138,7 @@ async def create(
     await _check_quotas(session, agent.id, user_id, settings.workspaces_quota, settings.workspaces_per_user_quota)
     text = request.devfile if request.devfile is not None else default_devfile
     try:
-        parse_devfile(text)
+        devfile = parse_devfile(text)
     except DevfileError as exc:
         raise BadRequest.field(exc.field, exc.problem) from exc
     name, namespace = _names(agent.id, user_id, request.name, settings.shared_namespace)
@@ -164,7 +165,7 @@ async def create(
         project_ref=request.project_ref,
         devfile_path=request.devfile_path,
         devfile=text,
-        url_prefix=f"60001-{name}",
+        url_prefix=f"{url_port(devfile)}-{name}",
         workspaces_agent_config_version=version,
         max_hours_before_termination=8760,
         created_at=now,
@@ -174,6 +175,17 @@ async def create(
     await session.flush()
     log.info("workspace %d %s created by user %d on agent %d", ws.id, name, user_id, agent.id)
     return ws
+
+
+def url_port(devfile: Devfile) -> int:
+    """The port a workspace's URL names: the injected editor's (60001, GitLab's), else the first endpoint's.
+
+    A devfile with neither serves nothing over HTTP; its URL names the editor's port as GitLab's does, and kas
+    answers that nothing serves it.
+    """
+    if devfile.editor_injected:
+        return EDITOR_PORT
+    return next((e.target_port for c in devfile.containers for e in c.endpoints), EDITOR_PORT)
 
 
 def _names(agent_id: int, user_id: int, wanted: str | None, shared_namespace: str) -> tuple[str, str]:

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from tether.hub.db.types import utcnow
 from tether.hub.db.workspaces import Workspace
 from tether.hub.workspaces import agent_settings
+from tether.hub.workspaces.address import editor_base_path
 from tether.hub.workspaces.operations import set_actual, set_desired
 from tether.modules.remote_development import desired_config, rules
 from tether.modules.remote_development.actual_state import calculate_with_failure, waiting_reason
@@ -77,7 +78,11 @@ def _apply_report(ws: Workspace, info: AgentInfo, now: datetime) -> None:
 
 
 async def reconcile(
-    session: AsyncSession, agent_id: int, body: object, state_changes: list[str] | None = None
+    session: AsyncSession,
+    agent_id: int,
+    body: object,
+    state_changes: list[str] | None = None,
+    workspaces_url: str | None = None,
 ) -> dict[str, Any]:
     """Run one reconcile request of agent ``agent_id``; returns the 201 body (reference §1.4).
 
@@ -87,6 +92,8 @@ async def reconcile(
         body: the decoded JSON request.
         state_changes: when given, receives the names of the workspaces whose desired or actual state changed
             (kas is told, so that it stops serving what it cached about them).
+        workspaces_url: the hub's ``kas.workspaces_url``: in the path form the editor serves its pages under
+            the workspace's path there.
 
     Raises:
         ParamsError: the body breaks the schema (the route answers 400 with upstream's message shape).
@@ -155,7 +162,9 @@ async def reconcile(
         )
     ]
     infos = [
-        _rail_info(ws, params.update_type, settings[ws.workspaces_agent_config_version], ws.id in retried)
+        _rail_info(
+            ws, params.update_type, settings[ws.workspaces_agent_config_version], ws.id in retried, workspaces_url
+        )
         for ws in returned
     ]
     # One executemany instead of the unit of work's row-by-row flush (a partial sync may report thousands).
@@ -191,7 +200,9 @@ async def reconcile(
     }
 
 
-def _rail_info(ws: Workspace, update_type: str, settings: Any, retried: bool) -> dict[str, Any]:
+def _rail_info(
+    ws: Workspace, update_type: str, settings: Any, retried: bool, workspaces_url: str | None
+) -> dict[str, Any]:
     # A retried Error workspace (rules.retries_apply) gets every resource, and no resource version: agentk
     # (ours and upstream's) then reports its Deployment at the next partial update even when unchanged, so
     # the workspace leaves Error as soon as an apply succeeds.
@@ -213,6 +224,7 @@ def _rail_info(ws: Workspace, update_type: str, settings: Any, retried: bool) ->
                     "GL_WORKSPACE_NAMESPACE": ws.namespace,
                     "GL_WORKSPACE_DOMAIN_TEMPLATE": f"${{PORT}}-{ws.name}.{settings.dns_zone}",
                 },
+                editor_base_path=editor_base_path(ws.name, desired_config.EDITOR_PORT, workspaces_url),
             )
             config = desired_config.render(desired_config.resources(spec, inclusion))
         except DevfileError as exc:

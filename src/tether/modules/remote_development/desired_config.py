@@ -3,9 +3,15 @@
 Objects are built as plain JSON in upstream's order and rendered as one YAML stream, each document a JSON
 flow mapping with deep-sorted keys (valid YAML, stable, and fast for a thousand workspaces).
 
-Differences from GitLab, on purpose: no editor injection (no tools-injector init container and no editor or
-SSH ports, so workspaces run any image); the Deployment's ``progressDeadlineSeconds`` is short so that a
-stuck rollout is reported as ``Failed`` in minutes, not ten.
+The editor is injected as GitLab does it (§4.2) into the container whose component has ``gl/inject-editor:
+true``: an init container of the tools-injector image (``tether.devenv.tools_image``) copies the editor into
+the data volume, and the container runs it on port 60001 (``editor-server``), beside its own command if the
+devfile gives one. The editor brings its own interpreter and libraries, so any image works.
+
+Differences from GitLab, on purpose: the editor is JupyterLab, not VS Code (code-server does not install from
+the registries reachable here); no SSH port; the editor's port has a readiness probe, so ``Running`` means the
+editor answers; the Deployment's ``progressDeadlineSeconds`` is short so that a stuck rollout is reported as
+``Failed`` in minutes, not ten.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from typing import Any
 
 import msgspec
 
+from tether import __version__
 from tether.modules.remote_development import AGENT_ID_LABEL, WORKSPACE_ID_LABEL
 from tether.modules.remote_development.devfile import Devfile
 from tether.modules.remote_development.rules import Inclusion, replicas_for
@@ -39,6 +46,14 @@ SCRIPTS_MOUNT = "/workspace-scripts"
 RUN_AS_USER = 5001
 DEFAULT_DATA_SIZE = "15Gi"
 PROGRESS_DEADLINE_S = 120
+#: The editor's port and its name (reference §4.2).
+EDITOR_PORT = 60001
+EDITOR_PORT_NAME = "editor-server"
+#: The tools-injector image (``python -m tether.devenv.tools_image`` builds it; ``make images``).
+TOOLS_INJECTOR_IMAGE = f"localhost/tether/workspace-tools:{__version__}"
+TOOLS_INJECTOR_NAME = "gl-tools-injector"
+#: Where the injector copies the editor: the data volume (GitLab's ``GL_TOOLS_DIR``).
+TOOLS_DIR = f"{DATA_MOUNT}/.gl-tools"
 
 
 @dataclass(frozen=True)
@@ -51,6 +66,8 @@ class WorkspaceSpec:
         devfile: the validated devfile.
         settings: the agent settings version the workspace was created with.
         env_variables, file_variables: workspace variables by type.
+        editor_base_path: the path at which users' browsers reach the editor: ``/`` in the host form,
+            ``/-/workspaces/<name>/60001/`` (under ``kas.workspaces_url``'s path) in the path form.
     """
 
     id: int
@@ -63,6 +80,7 @@ class WorkspaceSpec:
     settings: WorkspacesSettings
     env_variables: Mapping[str, str] = field(default_factory=dict)
     file_variables: Mapping[str, str] = field(default_factory=dict)
+    editor_base_path: str = "/"
 
 
 def _b64(text: str) -> str:
@@ -90,18 +108,60 @@ def _inventory(ws: WorkspaceSpec, name: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}
 
 
-def _container(ws: WorkspaceSpec, index: int) -> dict[str, Any]:
-    spec = ws.devfile.containers[index]
+def _resources(ws: WorkspaceSpec, limits: tuple[str, str], requests: tuple[str, str]) -> dict[str, dict[str, str]]:
+    """The agent's default resources per container, overridden by the devfile's (cpu, memory) values."""
     defaults = ws.settings.default_resources_per_workspace_container
     resources: dict[str, dict[str, str]] = {}
-    for kind, pairs in (
-        ("limits", (("cpu", spec.cpu_limit), ("memory", spec.memory_limit))),
-        ("requests", (("cpu", spec.cpu_request), ("memory", spec.memory_request))),
-    ):
+    for kind, (cpu, memory) in (("limits", limits), ("requests", requests)):
         merged = dict(defaults.get(kind, {}))
-        merged.update({key: value for key, value in pairs if value})
+        merged.update({key: value for key, value in (("cpu", cpu), ("memory", memory)) if value})
         if merged:
             resources[kind] = merged
+    return resources
+
+
+def _security_context(ws: WorkspaceSpec) -> dict[str, Any]:
+    return {
+        "allowPrivilegeEscalation": ws.settings.allow_privilege_escalation,
+        "privileged": False,
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS_USER,
+    }
+
+
+def _tools_injector(ws: WorkspaceSpec) -> dict[str, Any]:
+    """The init container that copies the editor into the data volume (reference §4.2)."""
+    return {
+        "name": TOOLS_INJECTOR_NAME,
+        "image": TOOLS_INJECTOR_IMAGE,
+        "imagePullPolicy": "IfNotPresent",
+        "env": [{"name": "GL_TOOLS_DIR", "value": TOOLS_DIR}],
+        "resources": _resources(ws, ("", ""), ("", "")),
+        "securityContext": _security_context(ws),
+        "volumeMounts": [{"name": DATA_VOLUME, "mountPath": DATA_MOUNT}],
+    }
+
+
+def _inject_editor(ws: WorkspaceSpec, container: dict[str, Any]) -> None:
+    """Run the editor in ``container``: its own command (command then args, if any) runs beside it."""
+    own = [*container.pop("command", []), *container.pop("args", [])]
+    container["command"] = [f"{TOOLS_DIR}/bin/gl-editor", *(["--", *own] if own else [])]
+    container["env"] += [
+        {"name": "GL_TOOLS_DIR", "value": TOOLS_DIR},
+        {"name": "GL_EDITOR_PORT", "value": str(EDITOR_PORT)},
+        {"name": "GL_EDITOR_BASE_PATH", "value": ws.editor_base_path},
+    ]
+    container["ports"].append({"name": EDITOR_PORT_NAME, "containerPort": EDITOR_PORT, "protocol": "TCP"})
+    container["readinessProbe"] = {
+        "tcpSocket": {"port": EDITOR_PORT},
+        "periodSeconds": 1,
+        "failureThreshold": 3,
+    }
+
+
+def _container(ws: WorkspaceSpec, index: int) -> dict[str, Any]:
+    spec = ws.devfile.containers[index]
+    resources = _resources(ws, (spec.cpu_limit, spec.memory_limit), (spec.cpu_request, spec.memory_request))
     mounts = [{"name": DATA_VOLUME, "mountPath": DATA_MOUNT}, {"name": VARIABLES_VOLUME, "mountPath": VARIABLES_MOUNT}]
     mounts += [{"name": volume, "mountPath": path} for volume, path in spec.volume_mounts]
     container: dict[str, Any] = {
@@ -112,18 +172,15 @@ def _container(ws: WorkspaceSpec, index: int) -> dict[str, Any]:
         "envFrom": [{"secretRef": {"name": f"{ws.name}-env-var"}}],
         "ports": [{"name": e.name, "containerPort": e.target_port, "protocol": "TCP"} for e in spec.endpoints],
         "resources": resources,
-        "securityContext": {
-            "allowPrivilegeEscalation": ws.settings.allow_privilege_escalation,
-            "privileged": False,
-            "runAsNonRoot": True,
-            "runAsUser": RUN_AS_USER,
-        },
+        "securityContext": _security_context(ws),
         "volumeMounts": mounts,
     }
     if spec.command:
         container["command"] = spec.command
     if spec.args:
         container["args"] = spec.args
+    if spec.inject_editor:
+        _inject_editor(ws, container)
     if any(component == spec.name for _id, _line, component in ws.devfile.post_start):
         mounts.append({"name": SCRIPTS_VOLUME, "mountPath": SCRIPTS_MOUNT})
         container["lifecycle"] = {
@@ -163,6 +220,8 @@ def _deployment(ws: WorkspaceSpec, owner: str) -> dict[str, Any]:
             "fsGroupChangePolicy": "OnRootMismatch",
         },
     }
+    if ws.devfile.editor_injected:
+        pod_spec["initContainers"] = [_tools_injector(ws)]
     if ws.settings.use_kubernetes_user_namespaces:
         pod_spec["hostUsers"] = False
     if ws.settings.default_runtime_class:
@@ -192,6 +251,8 @@ def _service(ws: WorkspaceSpec, owner: str) -> dict[str, Any]:
         for c in ws.devfile.containers
         for e in c.endpoints
     ]
+    if ws.devfile.editor_injected:
+        ports.append({"name": EDITOR_PORT_NAME, "port": EDITOR_PORT, "targetPort": EDITOR_PORT, "protocol": "TCP"})
     spec: dict[str, Any] = {"selector": dict(meta["labels"]), "ports": ports}
     if not ports:
         # A Service needs a port; without endpoints it is headless and selects the pod for DNS only.

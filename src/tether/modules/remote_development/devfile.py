@@ -23,6 +23,8 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SCHEMA_VERSION = re.compile(r"^2\.2\.\d+$")
+#: The component attribute that asks for the editor (GitLab's).
+INJECT_EDITOR = "gl/inject-editor"
 
 
 class DevfileError(ValueError):
@@ -54,6 +56,8 @@ class Container:
         endpoints: ports it serves.
         memory_limit, cpu_limit, memory_request, cpu_request: Kubernetes quantities or "".
         volume_mounts: (volume component name, path).
+        inject_editor: the component's ``gl/inject-editor`` attribute: the editor is injected into this
+            container and served on port 60001 (GitLab's rule; reference workspaces.md §4.2).
     """
 
     name: str
@@ -67,6 +71,7 @@ class Container:
     memory_request: str = ""
     cpu_request: str = ""
     volume_mounts: list[tuple[str, str]] = field(default_factory=list)
+    inject_editor: bool = False
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,11 @@ class Devfile:
     containers: list[Container]
     volumes: dict[str, str]
     post_start: list[tuple[str, str, str]]
+
+    @property
+    def editor_injected(self) -> bool:
+        """True when one container gets the editor (``gl/inject-editor: true``), served on port 60001."""
+        return any(c.inject_editor for c in self.containers)
 
 
 _TOP = {"schemaVersion", "metadata", "components", "commands", "events", "variables", "attributes"}
@@ -154,7 +164,7 @@ def _quantity(value: Mapping[str, Any], key: str, where: str) -> str:
     return text
 
 
-def _container(name: str, raw: object, where: str) -> Container:
+def _container(name: str, raw: object, where: str, inject_editor: bool) -> Container:
     spec = _mapping(raw, where)
     _known(spec, _CONTAINER, where)
     env: list[tuple[str, str]] = []
@@ -193,6 +203,7 @@ def _container(name: str, raw: object, where: str) -> Container:
         memory_request=_quantity(spec, "memoryRequest", where),
         cpu_request=_quantity(spec, "cpuRequest", where),
         volume_mounts=mounts,
+        inject_editor=inject_editor,
     )
 
 
@@ -233,7 +244,13 @@ def parse_devfile(text: str) -> Devfile:
         if len(kinds) != 1:
             raise DevfileError(where, "must have exactly one of container or volume")
         if kinds[0] == "container":
-            containers.append(_container(name, component["container"], f"{where}.container"))
+            attributes = _mapping(component.get("attributes") or {}, f"{where}.attributes")
+            inject = attributes.get(INJECT_EDITOR, False)
+            if not isinstance(inject, bool):
+                raise DevfileError(f"{where}.attributes.{INJECT_EDITOR}", "must be true or false")
+            if inject and any(c.inject_editor for c in containers):
+                raise DevfileError(f"{where}.attributes.{INJECT_EDITOR}", "only one component may get the editor")
+            containers.append(_container(name, component["container"], f"{where}.container", inject))
         else:
             volume = _mapping(component["volume"] or {}, f"{where}.volume")
             _known(volume, {"size", "ephemeral"}, f"{where}.volume")
@@ -296,7 +313,7 @@ DEFAULT_DEVFILE = f"""schemaVersion: 2.2.0
 components:
   - name: development-environment
     attributes:
-      gl/inject-editor: true
+      {INJECT_EDITOR}: true
     container:
       image: {DEFAULT_DEVFILE_IMAGE}
 """

@@ -18,7 +18,7 @@ The original ``Host`` is kept (editors check ``Origin`` against it), and ``X-For
 
 Responses: a ``Set-Cookie`` naming a cookie of Tether's namespaces is dropped (a workspace must not sign its
 user in as someone else, or out, nor plant a hub cookie); in the path form a ``Location`` on the same origin
-gets the workspace's path prefix back.
+gets the workspace's path prefix back (unless it already starts with it).
 """
 
 from __future__ import annotations
@@ -207,8 +207,18 @@ def response_headers(headers: HeaderMap, prefix: str | None) -> HeaderMap:
         else:
             del result["Set-Cookie"]
     if prefix is not None and "Location" in result:
-        result["Location"] = [
-            prefix + value if value.startswith("/") and not value.startswith("//") else value
-            for value in result["Location"]
-        ]
+        result["Location"] = [_prefixed(value, prefix) for value in result["Location"]]
     return result
+
+
+def _prefixed(location: str, prefix: str) -> str:
+    """A same-origin absolute path gets the prefix back, unless it names it already.
+
+    An editor told its public base path (the injected editor's ``GL_EDITOR_BASE_PATH``) redirects within it;
+    one that knows nothing of kas redirects to its own root.
+    """
+    if not location.startswith("/") or location.startswith("//"):
+        return location
+    if location == prefix or location.startswith((prefix + "/", prefix + "?")):
+        return location
+    return prefix + location
