@@ -37,9 +37,9 @@ async def authenticated(
     if not token:
         raise Unauthorized()
     state = hub_state(request)
-    await state.throttle.check(request)
     try:
         async with state.db.transaction() as session:
+            await state.throttle.check(request, session)
             return await users.authenticate(session, token)
     except Unauthorized:
         await state.throttle.failed(request)

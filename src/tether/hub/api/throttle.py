@@ -20,6 +20,7 @@ from collections.abc import Callable
 from sqlalchemy import delete, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.requests import Request
 
 from tether.hub.db.engine import Database
@@ -48,8 +49,13 @@ class FailedAuthThrottle:
         self._limit = per_minute_limit
         self._now = clock
 
-    async def check(self, request: Request) -> None:
+    async def check(self, request: Request, session: AsyncSession | None = None) -> None:
         """Refuse a client address that failed too often.
+
+        Args:
+            request: the request; its client address is counted.
+            session: the request's transaction, when it has one: the count is read there, so a request still
+                opens one transaction (issue 27 item 3); without one, on a read connection.
 
         Raises:
             TooManyRequests: over the limit.
@@ -59,14 +65,13 @@ class FailedAuthThrottle:
             return
         now = self._now()
         window = int(now // WINDOW_S)
-        rows = await self._db.read(
-            lambda connection: connection.execute(
-                select(AuthFailureCount.window_start, AuthFailureCount.failures).where(
-                    AuthFailureCount.window_start.in_((window - 1, window)),
-                    AuthFailureCount.source == _source(request),
-                )
-            ).all()
+        query = select(AuthFailureCount.window_start, AuthFailureCount.failures).where(
+            AuthFailureCount.window_start.in_((window - 1, window)), AuthFailureCount.source == _source(request)
         )
+        if session is not None:
+            rows = (await session.execute(query)).all()
+        else:
+            rows = await self._db.read(lambda connection: connection.execute(query).all())
         counts = {int(start): int(failures) for start, failures in rows}
         in_view = 1.0 - (now - window * WINDOW_S) / WINDOW_S
         weighed = counts.get(window - 1, 0) * in_view + counts.get(window, 0)
