@@ -35,21 +35,23 @@ RETRY_S = 30.0
 SWEEP_BATCH = 10
 
 
-def add(session: AsyncSession, agent_id: int, digests_hex: list[str], lease_s: float = LEASE_S) -> PendingRevocation:
+def add(
+    session: AsyncSession, agent_id: int, digests_hex: list[str], lease_s: float | None = None
+) -> PendingRevocation:
     """Record a revocation to deliver, in the caller's transaction (the one that revokes the tokens).
 
     Args:
         session: the revoking transaction.
         agent_id: the tokens' agent.
         digests_hex: the tokens' SHA-256 digests, lowercase hex.
-        lease_s: seconds the caller delivers it alone before the hubs' sweeps try it too.
+        lease_s: seconds the caller delivers it alone before the hubs' sweeps try it too (:data:`LEASE_S`).
     """
     now = utcnow()
     row = PendingRevocation(
         agent_id=agent_id,
         token_digests=",".join(digests_hex),
         created_at=now,
-        next_attempt_at=now + timedelta(seconds=lease_s),
+        next_attempt_at=now + timedelta(seconds=LEASE_S if lease_s is None else lease_s),
     )
     session.add(row)
     return row
