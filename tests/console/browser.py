@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
-from playwright.sync_api import Browser, Page
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = Path(os.environ.get("TETHER_SCREENSHOTS", ROOT / "build" / "console-screenshots"))
@@ -42,3 +44,18 @@ def sign_in(page: Page, base_url: str, login: str, token: str) -> None:
     page.get_by_label("Personal access token").fill(token)
     page.get_by_role("button", name="Sign in").click()
     page.wait_for_url("**/projects")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """One headless Chromium per test module, closed after it: while Playwright's sync API runs, no asyncio
+    loop may run in the thread, and the session's async tests need theirs."""
+    executable = chromium_path()
+    if executable is None:
+        pytest.skip("Debian's chromium is not installed (scripts/bootstrap.sh installs it)")
+    with sync_playwright() as playwright:
+        instance = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox", "--disable-gpu"])
+        try:
+            yield instance
+        finally:
+            instance.close()

@@ -17,9 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect
 
-from tests.console.browser import chromium_path, new_page, sign_in
+from tests.console.browser import new_page, sign_in
 from tests.fixtures.k8s import Kubectl
 from tests.hub.workspace_helpers import graphql
 from tests.node.editor_stack import (
@@ -44,19 +44,6 @@ NAME = "editor-ws"
 EDIT = "edited-in-the-browser"
 #: The default devfile's container.
 CONTAINER = "development-environment"
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    executable = chromium_path()
-    if executable is None:
-        pytest.skip("Debian's chromium is not installed (scripts/bootstrap.sh installs it)")
-    with sync_playwright() as playwright:
-        instance = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox", "--disable-gpu"])
-        try:
-            yield instance
-        finally:
-            instance.close()
 
 
 @pytest.fixture
