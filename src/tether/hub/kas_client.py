@@ -15,6 +15,7 @@ import time
 from typing import TYPE_CHECKING
 
 import grpc
+from prometheus_client import Gauge
 
 from tether.pb.gitlab.agent.agent_tokens.rpc import rpc_pb2 as tokens_pb2
 from tether.pb.gitlab.agent.agent_tokens.rpc import rpc_pb2_grpc as tokens_grpc
@@ -33,11 +34,18 @@ if TYPE_CHECKING:
     from tether.hub.config import HubConfig
 
 log = logging.getLogger(__name__)
+DELIVERIES = Gauge(
+    "tether_hub_revocation_deliveries", "Token revocations this hub is delivering to kas in the background now"
+)
 _JWT_LIFETIME_S = 60.0
 #: Seconds the hub keeps retrying a revocation no kas acknowledged. Past them (or when the hub stops) kas still
 #: refuses the token once its cached answer expires (``agent.info_cache_ttl``) and ends its tunnels at the next
 #: re-validation after that (``agent.token_revalidation_period``).
 REVOCATION_RETRY_FOR_S = 900.0
+#: Revocations one hub delivers in the background at once. Each is a task retrying for up to
+#: :data:`REVOCATION_RETRY_FOR_S`; past the bound a revocation is left to the hubs' sweeps (still in the outbox),
+#: so a maintainer revoking tokens in a loop while kas is away costs the hub no more than this many tasks.
+MAX_DELIVERIES = 64
 #: Answers that no retry can change: the call itself is wrong.
 FINAL_CODES = frozenset(
     {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.UNIMPLEMENTED}
@@ -122,7 +130,7 @@ class KasApiClient:
 
     def announce_revocation(
         self, agent_id: int, digests_hex: list[str], timeout_s: float, retry_for_s: float = REVOCATION_RETRY_FOR_S
-    ) -> asyncio.Task[bool]:
+    ) -> asyncio.Task[bool] | None:
         """Deliver a revocation in the background, retrying until a kas acknowledges it (issue 27 item 6).
 
         kas acknowledges once the revocation is on its list in Redis, which every kas re-reads. Each failed
@@ -137,14 +145,22 @@ class KasApiClient:
             retry_for_s: seconds to keep retrying.
 
         Returns:
-            The delivery: True once acknowledged, False when given up.
+            The delivery: True once acknowledged, False when given up; None when :data:`MAX_DELIVERIES` are under
+            way already (the caller leaves the revocation to the sweeps).
         """
+        if len(self._deliveries) >= MAX_DELIVERIES:
+            return None
         task = asyncio.get_running_loop().create_task(
             self.deliver_revocation(agent_id, digests_hex, timeout_s, retry_for_s)
         )
         self._deliveries.add(task)
-        task.add_done_callback(self._deliveries.discard)
+        DELIVERIES.inc()
+        task.add_done_callback(self._delivered)
         return task
+
+    def _delivered(self, task: asyncio.Task[bool]) -> None:
+        self._deliveries.discard(task)
+        DELIVERIES.dec()
 
     async def deliver_revocation(
         self, agent_id: int, digests_hex: list[str], timeout_s: float, retry_for_s: float

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Coroutine
 from datetime import UTC
+from typing import Any
 
 import grpc
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -16,7 +18,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from tether.hub.api.schemas_out import ConnectionOut
 from tether.hub.api.state import HubState
 from tether.hub.service import revocation_outbox as outbox
-from tether.hub.service.revocation_outbox import forget
 from tether.pb.gitlab.agent.agent_tracker.agent_tracker_pb2 import ConnectedAgentInfo
 
 log = logging.getLogger(__name__)
@@ -66,14 +67,24 @@ async def announce_revoked_tokens(
     delivery = state.kas.announce_revocation(agent_id, digests_hex, timeout_s=state.config.kas.timeout)
     if revocation_id is None:
         return
+    if delivery is None:  # this hub delivers as many as it may already: the sweeps take this one now
+        log.warning(
+            "kas api: revocation %d of agent %d is left to the sweeps (too many under way)", revocation_id, agent_id
+        )
+        _in_background(outbox.hand_over(state.db, revocation_id))
+        return
 
     def done(task: asyncio.Task[bool]) -> None:
         if not task.cancelled():  # cancelled: this hub stops, and a sweep delivers it
-            deletion = asyncio.get_running_loop().create_task(forget(state.db, revocation_id))
-            _background.add(deletion)
-            deletion.add_done_callback(_background.discard)
+            _in_background(outbox.forget(state.db, revocation_id))
 
     delivery.add_done_callback(done)
+
+
+def _in_background(work: Coroutine[Any, Any, None]) -> None:
+    task = asyncio.get_running_loop().create_task(work)
+    _background.add(task)
+    task.add_done_callback(_background.discard)
 
 
 async def record_revocation(
@@ -87,7 +98,7 @@ async def record_revocation(
     return row.id
 
 
-#: Deletions of delivered revocations under way (kept referenced until done).
+#: Database writes about revocations under way (kept referenced until done).
 _background: set[asyncio.Task[None]] = set()
 
 
