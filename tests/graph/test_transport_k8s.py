@@ -28,14 +28,15 @@ from tether.modules.graph.engine.engine import EngineOptions
 from tether.modules.graph.server.websocket import (
     GRAPH_SUBPROTOCOL,
     OpenWatchGraph,
+    agent_opener,
     agent_supports_watch_graph,
     channel_opener,
-    router_opener,
     serve_graph_websocket,
 )
 from tether.pb.gitlab.agent.graph.rpc import rpc_pb2
 from tether.pb.gitlab.agent.kubernetes_api.rpc.rpc_pb2 import ImpersonationConfig
 from tether.pb.gitlab.agent.prototool.prototool_pb2 import Values
+from tether.tunnel.server.agent_conn import RoutedAgentConn
 from tether.tunnel.server.router import RoutingError
 
 pytestmark = pytest.mark.k8s
@@ -223,7 +224,15 @@ class ChannelRouter:
         self.error = error
         self.calls: list[tuple[int, str]] = []
 
-    async def route(self, agent_id: int, full_method: str, metadata: Any, caller: Any, timeout_s: float | None) -> Any:
+    async def route(
+        self,
+        agent_id: int,
+        full_method: str,
+        metadata: Any,
+        caller: Any,
+        timeout_s: float | None,
+        find_timeout_s: float | None = None,
+    ) -> Any:
         self.calls.append((agent_id, full_method))
         if self.error is not None:
             raise self.error
@@ -239,12 +248,10 @@ class ChannelRouter:
         return None
 
 
-async def test_router_opener_relays_and_maps_errors(
-    agent: InternalServer, kubectl: Kubectl, k8s_namespace: str
-) -> None:
+async def test_agent_opener_relays_and_maps_errors(agent: InternalServer, kubectl: Kubectl, k8s_namespace: str) -> None:
     kubectl.run("-n", k8s_namespace, "create", "configmap", "routed")
     router = ChannelRouter(agent.channel)
-    kas = await _kas(router_opener(router, 42))
+    kas = await _kas(agent_opener(RoutedAgentConn(router), 42))
     try:
         request = {"queries": [include("resource == 'configmaps'")], "namespaces": {"names": [k8s_namespace]}}
         async with aiohttp.ClientSession() as http:
@@ -292,7 +299,15 @@ def _unaware_agent_handler() -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
 class HeaderRelayingRouter(ChannelRouter):
     """A :class:`ChannelRouter` that also relays the agent's response header, as kas' router does."""
 
-    async def route(self, agent_id: int, full_method: str, metadata: Any, caller: Any, timeout_s: float | None) -> Any:
+    async def route(
+        self,
+        agent_id: int,
+        full_method: str,
+        metadata: Any,
+        caller: Any,
+        timeout_s: float | None,
+        find_timeout_s: float | None = None,
+    ) -> Any:
         assert self.channel is not None
         request = await caller.read()
         method = self.channel.unary_stream(full_method, request_serializer=bytes, response_deserializer=bytes)
@@ -311,7 +326,8 @@ async def test_an_agent_that_ignores_the_callers_identity_is_refused() -> None:
     await old_agent.start()
     identity = ImpersonationConfig(username="gitlab:user:alice", groups=["gitlab:user"])
     try:
-        for opener in (channel_opener(old_agent.channel), router_opener(HeaderRelayingRouter(old_agent.channel), 1)):
+        routed = agent_opener(RoutedAgentConn(HeaderRelayingRouter(old_agent.channel)), 1)
+        for opener in (channel_opener(old_agent.channel), routed):
             kas = await _kas(opener, identity)
             try:
                 code, reason, texts = await _close_of(kas, json.dumps({"queries": [include("true")]}))

@@ -29,6 +29,7 @@ from tether.modules.kubernetes_api.server.proxy import KubernetesApiProxy
 from tether.pb.gitlab.agent.grpctool import grpctool_pb2
 from tether.pb.gitlab.agent.kubernetes_api.rpc import rpc_pb2
 from tether.pb.gitlab.agent.prototool import prototool_pb2
+from tether.tunnel.server.agent_conn import RoutedAgentConn
 from tether.tunnel.server.router import CallerSide, RoutingError
 
 API_AGENT, RAW_AGENT, ABSENT_AGENT = 901, 902, 903
@@ -44,7 +45,13 @@ class LoopbackRouter:
         self.cancelled = 0
 
     async def route(
-        self, agent_id: int, full_method: str, metadata: Any, caller: CallerSide, timeout_s: float | None
+        self,
+        agent_id: int,
+        full_method: str,
+        metadata: Any,
+        caller: CallerSide,
+        timeout_s: float | None,
+        find_timeout_s: float | None = None,
     ) -> status_pb2.Status | None:
         agent = self.agents.get(agent_id)
         if agent is None:
@@ -156,7 +163,7 @@ async def loop_env(kas_hub: RealHub) -> AsyncIterator[dict[str, Any]]:
     config = KubernetesApiCF(listen=KubernetesApiListenCF(address="127.0.0.1:0"), url_path_prefix="/k8s-proxy")
     proxy = KubernetesApiProxy(
         config,
-        router,
+        RoutedAgentConn(router),
         ProxyUserAuthorizer(gitlab, 60, 0),
         "https://gitlab.example.com",  # type: ignore[arg-type]
     )

@@ -17,7 +17,6 @@ from tether.modserver.gitlab_client import (
     RoleGrant,
     _proxy_user_authorization,
 )
-from tether.modules.kubernetes_api.rpc.headers import canonical_key, clean_headers, is_upgrade
 from tether.modules.kubernetes_api.rpc.impersonation import carries_impersonation, impersonation_headers
 from tether.modules.kubernetes_api.server.auth import (
     _CACHE_SIZE,
@@ -30,6 +29,7 @@ from tether.modules.kubernetes_api.server.auth import (
 )
 from tether.modules.kubernetes_api.server.cors import cors_headers, is_preflight, preflight_response
 from tether.modules.kubernetes_api.server.status import ProxyError, status_body
+from tether.tool.http_grpc.headers import canonical_key, clean_headers, is_upgrade
 from tether.tunnel.server.metadata import ROUTING_AGENT_ID_KEY, RoutingMetadataError, routing_agent_id
 
 

@@ -61,6 +61,7 @@ from tether.tool.memory_backend import MemoryBackend
 from tether.tool.rate_limit import RateLimiter
 from tether.tool.secrets import SecretError, load_base64_secret
 from tether.tool.supervisor import supervise
+from tether.tunnel.server.agent_conn import RoutedAgentConn
 from tether.tunnel.server.gateway import Gateway
 from tether.tunnel.server.grpc_handlers import PrivateApiHandler, RoutedApiHandler
 from tether.tunnel.server.kas_pool import KasPool
@@ -326,9 +327,8 @@ class KasApp:
             gitlab=self.gitlab,
             auth=self.auth,
             events=self.events,
-            backend=self.backend,
-            router=self.router,
-            tunnels=self.registry,
+            agent_conn=RoutedAgentConn(self.router),
+            tunnel_handler=self.registry,
             agent_tracker=self.agent_tracker,
             metrics=self.metrics,
             agent_server=self.agent_server,

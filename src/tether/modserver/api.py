@@ -16,16 +16,40 @@ import grpc
 from prometheus_client import CollectorRegistry
 
 from tether.modserver.agent_auth import AgentAuthenticator
+from tether.modserver.agent_conn import AgentConn, AgentIdFromRequest
 from tether.modserver.agent_tracker import AgentTracker
 from tether.modserver.config import KasConfig
 from tether.modserver.gitlab_client import GitlabClient
 from tether.modshared.module import Module, Spawner
+from tether.pb.gitlab.agent.reverse_tunnel.info import info_pb2
+from tether.pb.gitlab.agent.reverse_tunnel.rpc import rpc_pb2 as reverse_tunnel_pb2
 from tether.tool.events import EventBus
-from tether.tool.expiring_hash import HashBackend
 from tether.tool.rate_limit import RateLimiter
-from tether.tunnel.server.grpc_handlers import AgentIdFromRequest
-from tether.tunnel.server.registry import TunnelRegistry
-from tether.tunnel.server.router import Router
+
+#: The servicer context of one agentk ``ReverseTunnel.Connect`` stream.
+ConnectContext = grpc.aio.ServicerContext[reverse_tunnel_pb2.ConnectRequest, reverse_tunnel_pb2.ConnectResponse]
+
+
+class TunnelHandler(Protocol):
+    """Takes the reverse tunnels agentk opens (upstream ``reverse_tunnel``'s ``TunnelHandler``)."""
+
+    async def accept_tunnel(
+        self,
+        agent_id: int,
+        descriptor: info_pb2.AgentDescriptor,
+        context: ConnectContext,
+        connection_id: int | None,
+        max_age_s: float,
+    ) -> tuple[grpc.StatusCode, str] | None:
+        """Hold one tunnel, its descriptor already read, until it is finished; return the status it ends with.
+
+        Args:
+            agent_id: the authenticated agent.
+            descriptor: the APIs the agent advertises.
+            context: the ``Connect`` stream; the tunnel reads and writes it from now on.
+            connection_id: the agent connection's id for logs, or None.
+            max_age_s: an idle tunnel is retired with OK after this long (kas.md §8.3).
+        """
 
 
 @dataclass
@@ -37,9 +61,8 @@ class ServerApi:
         gitlab: the hub's internal API client (``/api/v4/internal/kubernetes/...``).
         auth: agent token authentication, cached (kas.md §2.3).
         events: the pub/sub event bus on ``<prefix>:kas_events``.
-        backend: the state store (Redis or memory) behind every tracker.
-        router: routes a call to any agent through whichever kas holds its tunnels.
-        tunnels: this kas' registry of idle reverse tunnels.
+        agent_conn: calls any agent's API, wherever its tunnels are (the one way a module reaches an agent).
+        tunnel_handler: takes the reverse tunnels agentk opens (for ``reverse_tunnel``).
         agent_tracker: connected agents by agent id / project id (kas.md §3.3).
         metrics: the Prometheus registry served on the observability listener.
         agent_server: the agent gRPC listener (agentk calls); register services before start.
@@ -56,9 +79,8 @@ class ServerApi:
     gitlab: GitlabClient
     auth: AgentAuthenticator
     events: EventBus
-    backend: HashBackend
-    router: Router
-    tunnels: TunnelRegistry
+    agent_conn: AgentConn
+    tunnel_handler: TunnelHandler
     agent_tracker: AgentTracker
     metrics: CollectorRegistry
     agent_server: grpc.aio.Server

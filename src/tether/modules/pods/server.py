@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from tether.modserver.agent_conn import AgentIdFromRequest
 from tether.modserver.api import ServerApi
 from tether.modshared.module import IdleModule, Module
 from tether.pb.gitlab.agent.pods.rpc import rpc_pb2
-from tether.tunnel.server.grpc_handlers import AgentIdFromRequest
 
 GET_PODS = "/gitlab.agent.pods.rpc.Pods/GetPods"
 

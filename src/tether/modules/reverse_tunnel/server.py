@@ -19,13 +19,11 @@ from typing import Any
 import grpc
 
 from tether.modserver.agent_auth import AgentAuthenticator, AuthError
-from tether.modserver.api import ServerApi
+from tether.modserver.api import ConnectContext, ServerApi, TunnelHandler
 from tether.modshared.module import IdleModule, Module
 from tether.pb.gitlab.agent.reverse_tunnel.rpc import rpc_pb2, rpc_pb2_grpc
 from tether.tool.automaton import StreamAutomaton, StreamOrderError
 from tether.tool.logs import current_connection_id
-from tether.tunnel.server.registry import TunnelRegistry
-from tether.tunnel.server.tunnel import ConnectContext, Tunnel
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +39,7 @@ class ReverseTunnelServicer(rpc_pb2_grpc.ReverseTunnelServicer):
     """Serves ``/gitlab.agent.reverse_tunnel.rpc.ReverseTunnel/Connect``.
 
     Args:
-        registry: where tunnels wait for calls.
+        tunnels: where tunnels wait for calls.
         auth: resolves the agent token.
         max_connection_age_s: an idle tunnel is retired with OK after about this long (±5 % jitter), so
             agentk moves to a fresh connection before load balancers cut it (kas.md §8.3).
@@ -49,13 +47,13 @@ class ReverseTunnelServicer(rpc_pb2_grpc.ReverseTunnelServicer):
 
     def __init__(
         self,
-        registry: TunnelRegistry,
+        tunnels: TunnelHandler,
         auth: AgentAuthenticator,
         max_connection_age_s: float,
         max_per_agent: int = 2000,
         max_per_connection: int = 500,
     ) -> None:
-        self._registry = registry
+        self._tunnels = tunnels
         self._auth = auth
         self._max_age_s = max_connection_age_s
         self._max_per_agent = max_per_agent
@@ -111,16 +109,19 @@ class ReverseTunnelServicer(rpc_pb2_grpc.ReverseTunnelServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"invalid tunnel stream: {exc}")
         if not first.descriptor.agent_descriptor.services:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "descriptor advertises no services")
-        tunnel = Tunnel(agent_id, first.descriptor.agent_descriptor, context, current_connection_id())
-        services = len(first.descriptor.agent_descriptor.services)
-        del first  # this frame lives as long as the tunnel: the parsed message would too
+        descriptor = first.descriptor.agent_descriptor
+        services = len(descriptor.services)
+        del first
         age_s = self._max_age_s * random.uniform(0.95, 1.0)
         # Counted once the descriptor is read: a refusal then reaches agentk as its status, not as a failed write.
         peer = context.peer()
         self._take(agent_id, peer)
         try:
             log.debug("tunnel opened", extra={"services": services})
-            status = await self._registry.handle_tunnel(tunnel, age_s)
+            accepting = self._tunnels.accept_tunnel(agent_id, descriptor, context, current_connection_id(), age_s)
+            # This frame lives as long as the tunnel: the parsed message (held by its descriptor) would too.
+            del descriptor
+            status = await accepting
             log.debug("tunnel closed", extra={"code": "OK" if status is None else status[0].name})
         finally:
             self._release(agent_id, peer)
@@ -137,7 +138,7 @@ def _decrement(counter: Counter[Any], key: Any) -> None:
 
 
 class ReverseTunnelServerFactory:
-    """kas half of ``reverse_tunnel``: ``Connect`` on the agent listener, feeding ``api.tunnels``."""
+    """kas half of ``reverse_tunnel``: ``Connect`` on the agent listener, feeding ``api.tunnel_handler``."""
 
     name = "reverse_tunnel"
 
@@ -145,7 +146,7 @@ class ReverseTunnelServerFactory:
         """Register ``ReverseTunnel`` on the agent listener."""
         rpc_pb2_grpc.add_ReverseTunnelServicer_to_server(
             ReverseTunnelServicer(
-                api.tunnels,
+                api.tunnel_handler,
                 api.auth,
                 api.long_poll_age_s,
                 api.config.agent.listen.max_tunnels_per_agent,

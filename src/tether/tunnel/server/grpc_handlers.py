@@ -8,12 +8,13 @@ the same on the wire (kas.md §2.2).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import grpc
 from google.rpc import status_pb2
 
+from tether.modserver.agent_conn import AgentIdFromRequest
 from tether.pb.gitlab.agent.kas import kasapp_pb2
 from tether.tool.grpc_meta import STATUS_DETAILS_KEY, Metadata, code_from_int, values_to_meta
 from tether.tool.logs import REQUEST_ID_METADATA, bind, new_request_id
@@ -106,10 +107,6 @@ class ServicerCaller:
         if status.details:
             trailer = (*trailer, (STATUS_DETAILS_KEY, status.SerializeToString()))
         await self._context.abort(code_from_int(status.code), status.message, trailer)
-
-
-#: Extracts the destination agent id from a method's first request message; raises ValueError if absent.
-AgentIdFromRequest = Callable[[bytes], int]
 
 
 class RoutedApiHandler(grpc.GenericRpcHandler):

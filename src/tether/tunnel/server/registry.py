@@ -26,7 +26,8 @@ from typing import Protocol
 
 import grpc
 
-from tether.tunnel.server.tunnel import Tunnel, TunnelState
+from tether.pb.gitlab.agent.reverse_tunnel.info import info_pb2
+from tether.tunnel.server.tunnel import ConnectContext, Tunnel, TunnelState
 
 log = logging.getLogger(__name__)
 UNREGISTRATION_DELAY_S = 5.0
@@ -117,6 +118,19 @@ class TunnelRegistry:
         self.on_tunnel: Callable[[int], None] | None = None
 
     # ---- tunnels (called by the Connect handler) -------------------------------------------------
+
+    async def accept_tunnel(
+        self,
+        agent_id: int,
+        descriptor: info_pb2.AgentDescriptor,
+        context: ConnectContext,
+        connection_id: int | None,
+        max_age_s: float,
+    ) -> tuple[grpc.StatusCode, str] | None:
+        """:meth:`handle_tunnel` for a new tunnel of ``agent_id`` on ``context`` (``modserver.api.TunnelHandler``)."""
+        tunnel = Tunnel(agent_id, descriptor, context, connection_id)
+        del descriptor  # the tunnel keeps only its methods; this frame lives as long as the tunnel
+        return await self.handle_tunnel(tunnel, max_age_s)
 
     async def handle_tunnel(self, tunnel: Tunnel, max_age_s: float) -> tuple[grpc.StatusCode, str] | None:
         """Register ``tunnel`` and block until it is finished; return the status its Connect RPC ends with.

@@ -4,7 +4,7 @@ Mount it on the Kubernetes API proxy listener after authentication, e.g.::
 
     async def graph(request: web.Request) -> web.StreamResponse:
         agent_id, impersonation = ...  # authenticated as for any proxied request
-        return await serve_graph_websocket(request, router_opener(router, agent_id), impersonation)
+        return await serve_graph_websocket(request, agent_opener(api.agent_conn, agent_id), impersonation)
 
 (``channel_opener(channel)`` does the same over a plain gRPC channel, e.g. to agentk's internal server.)
 
@@ -34,14 +34,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any, Protocol
 
 import grpc
 import structlog
 from aiohttp import WSMsgType, web
-from google.rpc import status_pb2
 from grpc import aio
 
+from tether.modserver.agent_conn import AgentCallError, AgentConn, AgentMethod
 from tether.modules.graph.rpc.methods import (
     IDENTITY_HEADER,
     IDENTITY_IMPERSONATED,
@@ -54,19 +53,17 @@ from tether.pb.gitlab.agent.kubernetes_api.rpc import rpc_pb2 as kubernetes_api_
 from tether.pb.gitlab.agent.reverse_tunnel.info import info_pb2
 from tether.tool.status import StatusError, websocket_close_code
 from tether.tool.tasks import cancel_and_wait
-from tether.tunnel.server.router import RoutingError
-from tether.tunnel.server.tunnel import ValuesMap
 
 __all__ = [
     "CLOSE_CODE_NAMES",
     "GRAPH_SUBPROTOCOL",
+    "WATCH_GRAPH",
     "GraphStreamError",
     "OpenWatchGraph",
-    "WatchGraphRouter",
     "WatchGraphUnsupportedError",
+    "agent_opener",
     "agent_supports_watch_graph",
     "channel_opener",
-    "router_opener",
     "serve_graph_websocket",
 ]
 
@@ -154,93 +151,43 @@ def channel_opener(channel: aio.Channel, metadata: Sequence[tuple[str, str]] | N
     return open_stream
 
 
-class _Caller:
-    """The routed call's caller side: one request message, responses into a bounded queue (back-pressure)."""
-
-    def __init__(self, request: bytes, queue: asyncio.Queue[bytes]) -> None:
-        self._request: bytes | None = request
-        self._queue = queue
-        self.identity: list[str] = []
-
-    async def read(self) -> bytes | None:
-        request, self._request = self._request, None
-        return request
-
-    async def send_header(self, meta: ValuesMap) -> None:
-        values = meta.get(IDENTITY_HEADER)
-        if values is not None:
-            self.identity.extend(values.value)
-
-    async def write(self, data: bytes) -> None:
-        await self._queue.put(data)
-
-    async def set_trailer(self, meta: ValuesMap) -> None:
-        return None
+#: ``WatchGraph`` as an agent method of the seam.
+WATCH_GRAPH = AgentMethod(WATCH_GRAPH_FULL_METHOD, rpc_pb2.WatchGraphRequest, rpc_pb2.WatchGraphResponse)
 
 
-class WatchGraphRouter(Protocol):
-    """What :func:`router_opener` needs of kas' router (``tether.tunnel.server.router.Router``)."""
+def agent_opener(agents: AgentConn, agent_id: int, metadata: Sequence[tuple[str, str]] = ()) -> OpenWatchGraph:
+    """An :data:`OpenWatchGraph` that calls ``WatchGraph`` on agent ``agent_id`` through kas' agent connection.
 
-    async def route(
-        self, agent_id: int, full_method: str, metadata: Any, caller: Any, timeout_s: float | None
-    ) -> status_pb2.Status | None:
-        """Route one call to the agent and relay it; raise ``RoutingError`` when no tunnel serves it."""
-        ...
-
-
-_STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
-
-
-def router_opener(router: WatchGraphRouter, agent_id: int, metadata: Sequence[tuple[str, str]] = ()) -> OpenWatchGraph:
-    """An :data:`OpenWatchGraph` that routes ``WatchGraph`` to agent ``agent_id`` through kas' tunnels.
-
-    The router only uses tunnels whose agent advertises ``KubernetesApi/WatchGraph``; when none shows up within
-    its find timeout (an agent that is offline or too old), the session closes with 1011 and asks to update the
-    agent. Responses are relayed through a small bounded queue, so a slow WebSocket client slows the tunnel
+    Only tunnels whose agent advertises ``KubernetesApi/WatchGraph`` carry the call; when none shows up within
+    the find timeout (an agent that is offline or too old), the session closes with 1011 and asks to update the
+    agent. Responses come through the call's small bounded buffer, so a slow WebSocket client slows the tunnel
     down (and the agent coalesces changes) instead of buffering in kas.
 
     Args:
-        router: kas' router.
+        agents: kas' agent connection (``ServerApi.agent_conn``).
         agent_id: the authenticated agent.
         metadata: extra call metadata.
     """
 
     async def open_stream(request: rpc_pb2.WatchGraphRequest) -> AsyncIterator[rpc_pb2.WatchGraphResponse]:
-        queue: asyncio.Queue[bytes] = asyncio.Queue(maxsize=4)
-        caller = _Caller(request.SerializeToString(), queue)
-        route = asyncio.create_task(
-            router.route(agent_id, WATCH_GRAPH_FULL_METHOD, tuple(metadata), caller, None), name="graph-route"
-        )
-        getter: asyncio.Task[bytes] | None = None
+        async def one() -> AsyncIterator[rpc_pb2.WatchGraphRequest]:
+            yield request
+
+        call = agents.call(agent_id, WATCH_GRAPH, one(), metadata=tuple(metadata))
         try:
-            while True:
-                getter = asyncio.create_task(queue.get(), name="graph-route-read")
-                await asyncio.wait({getter, route}, return_when=asyncio.FIRST_COMPLETED)
-                if not getter.done():
-                    break
-                data, getter = getter.result(), None
-                _check_identity(request, caller.identity)
-                yield rpc_pb2.WatchGraphResponse.FromString(data)
-            await cancel_and_wait(getter)
-            getter = None
-            while not queue.empty():
-                _check_identity(request, caller.identity)
-                yield rpc_pb2.WatchGraphResponse.FromString(queue.get_nowait())
-            try:
-                status = route.result()
-            except RoutingError as exc:
-                if exc.code == grpc.StatusCode.DEADLINE_EXCEEDED:
-                    raise WatchGraphUnsupportedError(f"{exc.message} {UNSUPPORTED_REASON}") from exc
-                raise GraphStreamError(exc.code, exc.message) from exc
-            if status is not None and status.code != 0:
-                code = _STATUS_CODES.get(status.code, grpc.StatusCode.UNKNOWN)
-                if code == grpc.StatusCode.UNIMPLEMENTED:
-                    raise WatchGraphUnsupportedError(UNSUPPORTED_REASON)
-                raise GraphStreamError(code, status.message)
+            async for response in call:
+                header = await call.initial_metadata()
+                _check_identity(request, [str(v) for k, v in header if k == IDENTITY_HEADER])
+                yield response
+        except AgentCallError as exc:
+            if exc.routing and exc.code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise WatchGraphUnsupportedError(f"{exc.message} {UNSUPPORTED_REASON}") from exc
+            if not exc.routing and exc.code == grpc.StatusCode.UNIMPLEMENTED:
+                raise WatchGraphUnsupportedError(UNSUPPORTED_REASON) from exc
+            raise GraphStreamError(exc.code, exc.message) from exc
         finally:
-            # Both tasks end with the stream, however it ends (the client left, a second message, kas
-            # stopping): a task left waiting on the queue would be collected pending (issue 27 item 8).
-            await cancel_and_wait(getter, route)
+            # The call ends with the stream, however it ends (the client left, a second message, kas stopping).
+            call.cancel()
 
     return open_stream
 

@@ -22,15 +22,6 @@ import structlog
 import yarl
 
 from tether.kube.kubeconfig import KubeCredentials
-from tether.modules.kubernetes_api.agent.outbound import (
-    OUTBOUND_ERRORS,
-    AgentRequestError,
-    MakeRequestServicer,
-    OutboundHttp,
-    RequestFrames,
-    Send,
-)
-from tether.modules.kubernetes_api.rpc.headers import clean_headers, from_values, is_upgrade, via_value
 from tether.modules.kubernetes_api.rpc.impersonation import (
     NESTED_IMPERSONATION,
     carries_impersonation,
@@ -38,6 +29,15 @@ from tether.modules.kubernetes_api.rpc.impersonation import (
 )
 from tether.pb.gitlab.agent.grpctool import grpctool_pb2
 from tether.pb.gitlab.agent.kubernetes_api.rpc import rpc_pb2
+from tether.tool.http_grpc.headers import clean_headers, from_values, is_upgrade, via_value
+from tether.tool.http_grpc.outbound import (
+    OUTBOUND_ERRORS,
+    AgentRequestError,
+    MakeRequestServicer,
+    OutboundHttp,
+    RequestFrames,
+    Send,
+)
 
 __all__ = ["SERVICE", "AgentRequestError", "KubernetesApiAgent"]
 

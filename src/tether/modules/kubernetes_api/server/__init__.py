@@ -16,7 +16,7 @@ class KubernetesApiServerModule:
 
     Args:
         config: the ``agent.kubernetes_api`` section.
-        api: kas' module API (router, hub client, ``ports``).
+        api: kas' module API (agent connection, hub client, ``ports``).
     """
 
     name = "kubernetes_api"
@@ -28,7 +28,7 @@ class KubernetesApiServerModule:
             api.gitlab, config.allowed_agent_cache_ttl, config.allowed_agent_cache_error_ttl
         )
         self._proxy = KubernetesApiProxy(
-            config, api.router, authorizer, api.config.gitlab.external_url, api.rate_limiter
+            config, api.agent_conn, authorizer, api.config.gitlab.external_url, api.rate_limiter
         )
 
     async def start(self) -> None:

@@ -1,10 +1,10 @@
 """kas' Kubernetes API proxy listener (kas.md §5.1, §5.3): HTTP in, routed ``MakeRequest`` calls out.
 
 Each request under ``url_path_prefix`` is checked (CORS, credentials, nested impersonation; kas.md §4.5),
-rewritten and routed to its agent like any agent call (the routing kas may be this one or another; the
-agent may be connected to any kas). The request's own ``timeout`` query parameter (client-go sends it for
-``--request-timeout``) bounds the wait for the agent; without one, ``routing.tunnel_find_timeout`` does.
-A client that disconnects cancels its handler and with it the routed call.
+rewritten and sent to its agent as ``MakeRequest`` through ``ServerApi.agent_conn`` (HTTP over gRPC:
+``tool/http_grpc``; the agent may be connected to any kas). The request's own ``timeout`` query parameter
+(client-go sends it for ``--request-timeout``) bounds the wait for the agent; without one,
+``routing.tunnel_find_timeout`` does. A client that disconnects cancels its handler and with it the agent call.
 
 Every path under the prefix reaches the cluster as the identity the proxy imposes (``access_as: user``:
 impersonation; kas.md §4.5): paths kas serves itself (today ``/graph``) are :data:`ProxyPathHandler` entries
@@ -24,12 +24,11 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
-from google.rpc import status_pb2
 
+from tether.modserver.agent_conn import AgentCallError, AgentConn, AgentMethod
 from tether.modserver.config import KubernetesApiCF
 from tether.modserver.gitlab_client import ProxyUserAuthorization
-from tether.modules.graph.server.websocket import router_opener, serve_graph_websocket
-from tether.modules.kubernetes_api.rpc.headers import is_upgrade
+from tether.modules.graph.server.websocket import agent_opener, serve_graph_websocket
 from tether.modules.kubernetes_api.rpc.impersonation import NESTED_IMPERSONATION, carries_impersonation
 from tether.modules.kubernetes_api.server.auth import (
     ProxyCredentials,
@@ -38,20 +37,26 @@ from tether.modules.kubernetes_api.server.auth import (
     impersonation_for,
 )
 from tether.modules.kubernetes_api.server.cors import cors_headers, is_preflight, preflight_response
-from tether.modules.kubernetes_api.server.http_grpc import MAKE_REQUEST, ProxyCall, ResponseStreamError, request_header
+from tether.modules.kubernetes_api.server.request_head import request_header
 from tether.modules.kubernetes_api.server.status import ProxyError, status_response
+from tether.pb.gitlab.agent.grpctool import grpctool_pb2
 from tether.pb.gitlab.agent.kubernetes_api.rpc import rpc_pb2
 from tether.tool.durations import parse_duration
-from tether.tool.grpc_meta import code_from_int
+from tether.tool.http_grpc.headers import is_upgrade
+from tether.tool.http_grpc.proxy_call import ProxyCall, ResponseStreamError
 from tether.tool.http_server import RELAYED_API_HEADERS, relay_server, start_site
 from tether.tool.logs import REQUEST_ID_METADATA, bind, new_request_id
 from tether.tool.rate_limit import RateLimiter, per_minute
 from tether.tool.status import http_code
-from tether.tunnel.server.router import Router, RoutingError
 
-__all__ = ["GRAPH_PATH", "KubernetesApiProxy", "ProxyPathHandler"]
+__all__ = ["GRAPH_PATH", "MAKE_REQUEST", "KubernetesApiProxy", "ProxyPathHandler"]
 
 log = logging.getLogger(__name__)
+
+#: The agent API that carries proxied requests (kas.md §5.2).
+MAKE_REQUEST = AgentMethod(
+    "/gitlab.agent.kubernetes_api.rpc.KubernetesApi/MakeRequest", grpctool_pb2.HttpRequest, grpctool_pb2.HttpResponse
+)
 
 
 GRAPH_PATH = "/graph"
@@ -90,7 +95,7 @@ class KubernetesApiProxy:
 
     Args:
         config: the ``agent.kubernetes_api`` section.
-        router: the routing kas.
+        agents: calls the agents (``ServerApi.agent_conn``).
         authorizer: checks credentials with the hub.
         external_url: ``gitlab.external_url`` for CORS, or None (no CORS checks).
     """
@@ -98,7 +103,7 @@ class KubernetesApiProxy:
     def __init__(
         self,
         config: KubernetesApiCF,
-        router: Router,
+        agents: AgentConn,
         authorizer: ProxyUserAuthorizer,
         external_url: str | None,
         limiter: RateLimiter | None = None,
@@ -106,14 +111,14 @@ class KubernetesApiProxy:
         self._config = config
         self._limiter = limiter if config.failed_auth_per_source_per_minute > 0 else None
         self._failure_limit = per_minute(max(config.failed_auth_per_source_per_minute, 1))
-        self._router = router
+        self._agents = agents
         self._authorizer = authorizer
         self._external_url = external_url
         self._prefix = config.url_path_prefix
         server = relay_server(self._handle, RELAYED_API_HEADERS)
         self._runner = web.ServerRunner(server, shutdown_timeout=config.listen.shutdown_grace_period)
-        # Routed calls of the watches in flight: ended cleanly when kas shuts down.
-        self._watches: set[asyncio.Task[status_pb2.Status | None]] = set()
+        # Agent calls of the watches in flight: ended cleanly when kas shuts down.
+        self._watches: set[asyncio.Future[None]] = set()
         self._ending_watches = False
         #: Paths under the prefix that kas answers itself instead of relaying ``MakeRequest``.
         self.paths: dict[str, ProxyPathHandler] = {GRAPH_PATH: self._graph}
@@ -126,7 +131,7 @@ class KubernetesApiProxy:
         metadata: CallMetadata,
     ) -> web.StreamResponse:
         # The Graph API lives on the same endpoint and authentication (issue 6, graph.md).
-        opener = router_opener(self._router, agent_id, metadata)
+        opener = agent_opener(self._agents, agent_id, metadata)
         return await serve_graph_websocket(request, opener, impersonation)
 
     async def start(self) -> int:
@@ -211,24 +216,37 @@ class KubernetesApiProxy:
             raise ProxyError(400, f"Bad request: URL path {path[:200]!r} is not under {self._prefix!r}")
         return "/" + path[len(self._prefix) :]
 
+    async def _call_agent(
+        self, call: ProxyCall, agent_id: int, metadata: CallMetadata, timeout_s: float | None
+    ) -> None:
+        agent_call = self._agents.call(agent_id, MAKE_REQUEST, call.requests(), timeout_s=timeout_s, metadata=metadata)
+        try:
+            await call.relay(agent_call)
+        finally:
+            agent_call.cancel()
+
     async def _forward(
-        self, request: web.BaseRequest, call: ProxyCall, agent_id: int, metadata: tuple[tuple[str, str], ...]
+        self, request: web.BaseRequest, call: ProxyCall, agent_id: int, metadata: CallMetadata
     ) -> web.StreamResponse:
         watch = is_watch(request)
-        timeout_s = request_timeout_s(request)
-        route = asyncio.ensure_future(self._router.route(agent_id, MAKE_REQUEST, metadata, call, timeout_s))
+        route = asyncio.ensure_future(self._call_agent(call, agent_id, metadata, request_timeout_s(request)))
         if watch:
             self._watches.add(route)
         try:
-            status = await route
+            await route
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if not (self._ending_watches and route.cancelled() and current is not None and not current.cancelling()):
                 raise
             return await self._end_watch(call, "kas is shutting down")
-        except RoutingError as exc:
+        except AgentCallError as exc:
             if watch and call.head_sent:
-                return await self._end_watch(call, exc.message)
+                # A routing failure, or the path to the agent broke mid-watch (e.g. the gateway kas' tunnel ended
+                # before its forwarded call at the end of its grace period): the client simply watches again.
+                why = exc.message if exc.routing else f"the agent's answer failed: {exc.message}"
+                return await self._end_watch(call, why)
+            if not exc.routing:
+                return self._fail(call, _agent_failure(exc))
             code = exc.http_code
             return self._fail(call, ProxyError(code, exc.message if code == 504 else f"Proxy error: {exc.message}"))
         except ResponseStreamError as exc:
@@ -240,12 +258,6 @@ class KubernetesApiProxy:
             self._watches.discard(route)
             if call.raw is not None:
                 call.raw.close()
-        if status is not None and status.code != 0:
-            if watch and call.head_sent:
-                # The path to the agent broke mid-watch (e.g. the gateway kas' tunnel ended before its forwarded
-                # call at the end of its grace period): like a routing failure, the client simply watches again.
-                return await self._end_watch(call, f"the agent's answer failed: {status.message}")
-            return self._fail(call, _agent_failure(status))
         if not call.complete:
             if watch and call.head_sent:
                 return await self._end_watch(call, "the agent ended the watch")
@@ -275,8 +287,8 @@ class KubernetesApiProxy:
         return call.response
 
 
-def _agent_failure(status: status_pb2.Status) -> ProxyError:
-    code = http_code(code_from_int(status.code))
+def _agent_failure(error: AgentCallError) -> ProxyError:
+    code = http_code(error.code)
     if code == 403:
-        return ProxyError(403, f"Forbidden: {status.message}")
-    return ProxyError(code, f"Proxy error: the agent could not make the request: {status.message}")
+        return ProxyError(403, f"Forbidden: {error.message}")
+    return ProxyError(code, f"Proxy error: the agent could not make the request: {error.message}")

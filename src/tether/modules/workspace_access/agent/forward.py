@@ -18,7 +18,12 @@ import grpc
 import structlog
 import yarl
 
-from tether.modules.kubernetes_api.agent.outbound import (
+from tether.modules.workspace_access.agent.endpoints import EndpointResolver
+from tether.modules.workspace_access.rpc.headers import KAS_SET_HEADERS, workspace_request_headers
+from tether.pb.gitlab.agent.grpctool import grpctool_pb2
+from tether.pb.gitlab.agent.workspace_access.rpc import rpc_pb2
+from tether.tool.http_grpc.headers import from_values, is_upgrade, via_value
+from tether.tool.http_grpc.outbound import (
     OUTBOUND_ERRORS,
     AgentRequestError,
     MakeRequestServicer,
@@ -26,11 +31,6 @@ from tether.modules.kubernetes_api.agent.outbound import (
     RequestFrames,
     Send,
 )
-from tether.modules.kubernetes_api.rpc.headers import from_values, is_upgrade, via_value
-from tether.modules.workspace_access.agent.endpoints import EndpointResolver
-from tether.modules.workspace_access.rpc.headers import KAS_SET_HEADERS, workspace_request_headers
-from tether.pb.gitlab.agent.grpctool import grpctool_pb2
-from tether.pb.gitlab.agent.workspace_access.rpc import rpc_pb2
 
 __all__ = ["SERVICE", "WorkspaceAccessAgent"]
 

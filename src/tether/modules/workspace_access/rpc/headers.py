@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tether.modules.kubernetes_api.rpc.headers import HeaderMap, clean_headers, via_value
+from tether.tool.http_grpc.headers import HeaderMap, clean_headers, via_value
 
 __all__ = [
     "KAS_SET_HEADERS",

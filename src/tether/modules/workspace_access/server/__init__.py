@@ -40,7 +40,7 @@ class WorkspaceAccessServerModule:
         subscribe_invalidations(api.events, authorizer)
         self._proxy = WorkspaceProxy(
             config,
-            api.router,
+            api.agent_conn,
             api.agent_tracker,
             authorizer,
             SignIn(secret, config.sign_in_url or hub + HUB_SIGN_IN_PATH),

@@ -1,11 +1,12 @@
-"""One authorized request to a running workspace, as a routed ``WorkspaceAccess.MakeRequest`` call.
+"""One authorized request to a running workspace, as a ``WorkspaceAccess.MakeRequest`` call to its agent.
 
-The request becomes ``grpctool.HttpRequest`` frames (``kubernetes_api``'s ``ProxyCall``: the body streams as it
-arrives, the response is written as it comes, a ``101`` hands the raw connection over) with a
-``WorkspaceTarget`` naming the Service port; the router finds a tunnel of the workspace's agent on whichever kas
-holds one. Every wait is bounded: the agent's tunnel (``agent_timeout``; an agent with no connection at all is
-reported at once) and the workspace's response head (``response_header_timeout``). The body and an upgraded
-connection then run as long as both ends want, with back-pressure end to end.
+The request becomes ``grpctool.HttpRequest`` frames (HTTP over gRPC, ``tool/http_grpc``'s ``ProxyCall``: the
+body streams as it arrives, the response is written as it comes, a ``101`` hands the raw connection over) with a
+``WorkspaceTarget`` naming the Service port, sent through ``ServerApi.agent_conn`` (which finds a tunnel of the
+workspace's agent on whichever kas holds one). Every wait is bounded: the agent's tunnel (``agent_timeout``; an
+agent with no connection at all is reported at once) and the workspace's response head
+(``response_header_timeout``). The body and an upgraded connection then run as long as both ends want, with
+back-pressure end to end.
 
 Errors before the response head are answered (``pages.error_response``): 502 when the agent is not connected,
 its tunnel cannot be found, or it cannot reach the workspace; 504 when the workspace sends no head in time.
@@ -19,26 +20,29 @@ import contextlib
 import logging
 
 from aiohttp import web
-from google.rpc import status_pb2
 
+from tether.modserver.agent_conn import AgentCallError, AgentConn, AgentMethod
 from tether.modserver.agent_tracker import AgentTracker
 from tether.modserver.gitlab_client import WorkspaceAuthorization
-from tether.modules.kubernetes_api.rpc.headers import is_upgrade, to_values
-from tether.modules.kubernetes_api.server.http_grpc import ProxyCall, ResponseStreamError, content_length_of
 from tether.modules.workspace_access.rpc.headers import request_headers, response_headers
 from tether.modules.workspace_access.server.addresses import WorkspaceAddress
 from tether.modules.workspace_access.server.pages import error_response
 from tether.pb.gitlab.agent.grpctool import grpctool_pb2
 from tether.pb.gitlab.agent.prototool import prototool_pb2
 from tether.pb.gitlab.agent.workspace_access.rpc import rpc_pb2
-from tether.tunnel.server.router import Router, RoutingError
+from tether.tool.http_grpc.headers import is_upgrade, to_values
+from tether.tool.http_grpc.proxy_call import ProxyCall, ResponseStreamError, content_length_of
 
 __all__ = ["MAKE_REQUEST", "WorkspaceForwarder"]
 
 log = logging.getLogger(__name__)
 
 #: The agent API that carries workspace requests.
-MAKE_REQUEST = "/gitlab.agent.workspace_access.rpc.WorkspaceAccess/MakeRequest"
+MAKE_REQUEST = AgentMethod(
+    "/gitlab.agent.workspace_access.rpc.WorkspaceAccess/MakeRequest",
+    grpctool_pb2.HttpRequest,
+    grpctool_pb2.HttpResponse,
+)
 CallMetadata = tuple[tuple[str, str], ...]
 #: Seconds without a response head after which the agent tracker is asked whether the agent is connected at all.
 _TRACKER_AFTER_S = 0.2
@@ -70,16 +74,16 @@ class WorkspaceForwarder:
     """Forwards authorized requests to running workspaces.
 
     Args:
-        router: the routing kas.
+        agents: calls the agents (``ServerApi.agent_conn``).
         tracker: connected agents (to tell "not connected" from "no tunnel yet").
         agent_timeout_s: how long to wait for a tunnel of the agent.
         response_header_timeout_s: how long the workspace may take to send its response head.
     """
 
     def __init__(
-        self, router: Router, tracker: AgentTracker, agent_timeout_s: float, response_header_timeout_s: float
+        self, agents: AgentConn, tracker: AgentTracker, agent_timeout_s: float, response_header_timeout_s: float
     ) -> None:
-        self._router = router
+        self._agents = agents
         self._tracker = tracker
         self._agent_timeout_s = agent_timeout_s
         self._head_timeout_s = response_header_timeout_s
@@ -99,13 +103,13 @@ class WorkspaceForwarder:
             {},
             lambda headers: response_headers(headers, address.prefix),
         )
-        route = asyncio.ensure_future(
-            self._router.route(ws.agent_id, MAKE_REQUEST, metadata, call, None, self._agent_timeout_s)
-        )
+        route = asyncio.ensure_future(self._call_agent(call, ws.agent_id, metadata))
         watchdog = asyncio.ensure_future(self._watch(call, route, ws))
         try:
-            status = await route
-        except RoutingError as exc:
+            await route
+        except AgentCallError as exc:
+            if not exc.routing:
+                return self._fail(request, call, _agent_failure(ws, exc))
             return self._fail(request, call, _Failure(502, "Agent not reachable", _routing_message(ws, exc)))
         except ResponseStreamError as exc:
             return self._fail(request, call, _Failure(502, "Bad gateway", f"the agent's answer was broken: {exc}"))
@@ -123,14 +127,21 @@ class WorkspaceForwarder:
                 await watchdog
             if call.raw is not None:
                 call.raw.close()
-        if status is not None and status.code != 0:
-            return self._fail(request, call, _agent_failure(ws, status))
         if not call.complete:
             return self._fail(request, call, _Failure(502, "Bad gateway", "the workspace ended the response early"))
         assert call.response is not None
         return call.response
 
-    async def _watch(self, call: ProxyCall, route: asyncio.Future[object], ws: WorkspaceAuthorization) -> _Failure:
+    async def _call_agent(self, call: ProxyCall, agent_id: int, metadata: CallMetadata) -> None:
+        agent_call = self._agents.call(
+            agent_id, MAKE_REQUEST, call.requests(), find_timeout_s=self._agent_timeout_s, metadata=metadata
+        )
+        try:
+            await call.relay(agent_call)
+        finally:
+            agent_call.cancel()
+
+    async def _watch(self, call: ProxyCall, route: asyncio.Future[None], ws: WorkspaceAuthorization) -> _Failure:
         """Cancel ``route`` when the agent has no connection at all, or when the response head is late."""
         # Most answers start at once: only a slow one costs a look at the agent tracker.
         with contextlib.suppress(TimeoutError):
@@ -178,9 +189,9 @@ def _watchdog_failure(watchdog: asyncio.Future[_Failure]) -> _Failure | None:
     return failure
 
 
-def _routing_message(ws: WorkspaceAuthorization, exc: RoutingError) -> str:
+def _routing_message(ws: WorkspaceAuthorization, exc: AgentCallError) -> str:
     return f"the agent of workspace {ws.name} (agent {ws.agent_id}) cannot be reached through kas: {exc.message}"
 
 
-def _agent_failure(ws: WorkspaceAuthorization, status: status_pb2.Status) -> _Failure:
-    return _Failure(502, "Workspace not reachable", f"the agent could not reach workspace {ws.name}: {status.message}")
+def _agent_failure(ws: WorkspaceAuthorization, error: AgentCallError) -> _Failure:
+    return _Failure(502, "Workspace not reachable", f"the agent could not reach workspace {ws.name}: {error.message}")

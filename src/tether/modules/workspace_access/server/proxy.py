@@ -23,19 +23,19 @@ import logging
 from aiohttp import web
 from prometheus_client import Counter
 
+from tether.modserver.agent_conn import AgentConn
 from tether.modserver.agent_tracker import AgentTracker
 from tether.modserver.config import WorkspacesCF
-from tether.modules.kubernetes_api.rpc.headers import is_upgrade
 from tether.modules.workspace_access.server.addresses import AddressBook, AddressError, WorkspaceAddress
 from tether.modules.workspace_access.server.authorizer import AccessRefused, WorkspaceAuthorizer
 from tether.modules.workspace_access.server.credentials import Credentials, CredentialsError, read_credentials
 from tether.modules.workspace_access.server.forward import WorkspaceForwarder
 from tether.modules.workspace_access.server.pages import WorkspaceStatePage, error_response, wants_html
 from tether.modules.workspace_access.server.sign_in import SignIn
+from tether.tool.http_grpc.headers import is_upgrade
 from tether.tool.http_server import relay_server, start_site
 from tether.tool.logs import REQUEST_ID_METADATA, bind, new_request_id
 from tether.tool.rate_limit import RateLimiter, per_minute
-from tether.tunnel.server.router import Router
 
 __all__ = ["WorkspaceProxy"]
 
@@ -57,7 +57,7 @@ class WorkspaceProxy:
 
     Args:
         config: the ``workspaces`` section.
-        router: the routing kas.
+        agents: calls the agents (``ServerApi.agent_conn``).
         tracker: connected agents.
         authorizer: the hub's answers, cached.
         sign_in: the browser sign-in steps.
@@ -69,7 +69,7 @@ class WorkspaceProxy:
     def __init__(
         self,
         config: WorkspacesCF,
-        router: Router,
+        agents: AgentConn,
         tracker: AgentTracker,
         authorizer: WorkspaceAuthorizer,
         sign_in: SignIn,
@@ -86,7 +86,7 @@ class WorkspaceProxy:
         self._sign_in = sign_in
         self._pages = pages
         self._secret = secret
-        self._forwarder = WorkspaceForwarder(router, tracker, config.agent_timeout, config.response_header_timeout)
+        self._forwarder = WorkspaceForwarder(agents, tracker, config.agent_timeout, config.response_header_timeout)
         self._limiter = limiter if config.failed_auth_per_source_per_minute > 0 else None
         self._failure_limit = per_minute(max(config.failed_auth_per_source_per_minute, 1))
         server = relay_server(self._handle)

@@ -1,11 +1,13 @@
-"""kas side of HTTP over gRPC: one proxied HTTP request as the routed ``MakeRequest`` call (kas.md §5.2, §5.3).
+"""kas side of HTTP over gRPC: one HTTP request received by kas, carried to an agent as a ``MakeRequest`` call.
 
-The request becomes ``header`` (method, cleaned headers, path without the proxy prefix, query without
-kas' own parameters, body size, impersonation in ``extra``), ``data`` chunks of at most 32 KiB as the body
-arrives, ``trailer`` and, after a ``101``, ``upgradeData`` with whatever the client sends. The response
-frames are validated against the declared ``HttpResponse`` order and written to the client as they
-arrive: the head, then each ``data`` chunk at once (so ``watch`` events flow live), or, after a ``101``,
-raw bytes on the taken-over connection (``upgrade.py``).
+Used by every kas module that forwards HTTP to its agent (``kubernetes_api``, ``workspace_access``; kas.md §5.2,
+§5.3). The module builds the ``header`` frame (its own rules: which headers and query parameters go, what
+``extra`` carries) and calls its agent with :meth:`ProxyCall.requests` as the request stream: ``header``,
+``data`` chunks of at most 32 KiB as the body arrives, ``trailer`` and, after a ``101``, ``upgradeData`` with
+whatever the client sends. :meth:`ProxyCall.relay` writes the agent's ``HttpResponse`` frames to the client as
+they arrive, their order checked by the automaton of the ``.proto`` options: the head, then each ``data``
+chunk at once (so ``watch`` events flow live), or, after a ``101``, raw bytes on the taken-over connection
+(``hijack.py``).
 
 Unlike upstream (whose Go handler cannot read and write at once, §5.3 step 4), the request body and the
 response are relayed concurrently.
@@ -15,44 +17,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 
 from aiohttp import web
-from google.protobuf.message import DecodeError
 
-from tether.modules.kubernetes_api.rpc.headers import HeaderMap, clean_headers, from_values, to_values, via_value
-from tether.modules.kubernetes_api.server.auth import AGENT_ID_HEADER, AGENT_ID_QUERY, CSRF_HEADER, CSRF_QUERY
-from tether.modules.kubernetes_api.server.upgrade import RawConnection, hijack
 from tether.pb.gitlab.agent.grpctool import grpctool_pb2
-from tether.pb.gitlab.agent.kubernetes_api.rpc import rpc_pb2
 from tether.pb.gitlab.agent.prototool import prototool_pb2
 from tether.tool.automaton import StreamAutomaton, StreamOrderError
+from tether.tool.http_grpc.headers import HeaderMap, clean_headers, from_values, via_value
+from tether.tool.http_grpc.hijack import RawConnection, hijack
 from tether.tool.http_server import RelayedResponse
-from tether.tunnel.server.tunnel import ValuesMap
 
-__all__ = [
-    "MAKE_REQUEST",
-    "MAX_CHUNK",
-    "ProxyCall",
-    "ResponseStreamError",
-    "content_length_of",
-    "request_header",
-]
+__all__ = ["MAX_CHUNK", "ProxyCall", "ResponseStreamError", "content_length_of"]
 
 log = logging.getLogger(__name__)
 
-#: The agent API that carries proxied requests (kas.md §5.2).
-MAKE_REQUEST = "/gitlab.agent.kubernetes_api.rpc.KubernetesApi/MakeRequest"
 #: Largest ``data`` / ``upgradeData`` payload in bytes (kas.md §5.3 step 4).
 MAX_CHUNK = 32 * 1024
-#: Request headers that carry kas' own credentials or were already handled by kas (kas.md §5.3 step 3).
-_KAS_HEADERS = ("Authorization", "Cookie", AGENT_ID_HEADER, CSRF_HEADER, "Expect")
-_KAS_QUERY = frozenset({AGENT_ID_QUERY, CSRF_QUERY})
 _HttpRequest = grpctool_pb2.HttpRequest
 
 
 class ResponseStreamError(Exception):
-    """agentk's response frames are undecodable, out of order, or not a valid HTTP response."""
+    """agentk's response frames are out of order, or not a valid HTTP response."""
 
 
 def content_length_of(request: web.BaseRequest) -> int:
@@ -63,33 +49,6 @@ def content_length_of(request: web.BaseRequest) -> int:
     return length if length is not None else 0
 
 
-def request_header(
-    request: web.BaseRequest, url_path: str, impersonation: rpc_pb2.ImpersonationConfig | None
-) -> _HttpRequest:
-    """The ``header`` frame for ``request``.
-
-    Args:
-        request: the client's request.
-        url_path: its path with the proxy prefix stripped, e.g. ``/api/v1/pods``.
-        impersonation: the identity to impose, or None to use the agent's own.
-    """
-    headers = clean_headers(request.headers.items(), drop=_KAS_HEADERS)
-    headers.setdefault("Via", []).append(via_value("gRPC/1.0", "gitlab-kas"))
-    query: HeaderMap = {}
-    for key, value in request.rel_url.query.items():
-        if key not in _KAS_QUERY:
-            query.setdefault(key, []).append(value)
-    header = _HttpRequest.Header(
-        request=prototool_pb2.HttpRequest(
-            method=request.method, header=to_values(headers), url_path=url_path, query=to_values(query)
-        ),
-        content_length=content_length_of(request),
-    )
-    if impersonation is not None:
-        header.extra.Pack(rpc_pb2.HeaderExtra(imp_config=impersonation))
-    return _HttpRequest(header=header)
-
-
 def _reason(status: str, code: int) -> str | None:
     # prototool.HttpResponse.status is Go's "200 OK"; aiohttp wants the phrase alone.
     phrase = status.removeprefix(str(code)).strip()
@@ -97,11 +56,11 @@ def _reason(status: str, code: int) -> str | None:
 
 
 class ProxyCall:
-    """One proxied request, as the routing layer's ``CallerSide``.
+    """One proxied request: its request frames for the agent call, the agent's response frames to the client.
 
     Args:
         request: the client's request.
-        header: its ``header`` frame (:func:`request_header`).
+        header: its ``header`` frame.
         upgrade: whether the request asks for an HTTP upgrade.
         extra_headers: headers kas adds to the response (CORS); upstream values never override them.
         response_filter: rewrites the upstream response headers (canonical names, hop-by-hop removed) before
@@ -117,7 +76,7 @@ class ProxyCall:
         response_filter: Callable[[HeaderMap], HeaderMap] | None = None,
     ) -> None:
         self._request = request
-        self._header: bytes | None = header.SerializeToString()
+        self._header: _HttpRequest | None = header
         self._body_left = header.header.content_length != 0
         self._body_done = False
         self._upgrade = upgrade
@@ -155,20 +114,29 @@ class ProxyCall:
         """Whether the response head went to the client (errors can then only cut the connection)."""
         return self.response is not None
 
-    # ---- request frames (CallerSide.read) --------------------------------------------------------
+    # ---- request frames ---------------------------------------------------------------------------
 
-    async def read(self) -> bytes | None:
-        """Next serialized ``HttpRequest`` frame, or None when the request stream is complete."""
-        if self._header is not None:
-            header, self._header = self._header, None
-            return header
+    async def requests(self) -> AsyncIterator[_HttpRequest]:
+        """The request stream: ``header``, the body as ``data``, ``trailer``, then ``upgradeData`` after a ``101``.
+
+        A body that fails to arrive (connection lost, malformed chunked framing) ends the stream without its
+        trailer, so the agent does not mistake it for a whole one.
+        """
+        header, self._header = self._header, None
+        if header is None:
+            return
+        yield header
+        while (frame := await self._next_frame()) is not None:
+            yield frame
+
+    async def _next_frame(self) -> _HttpRequest | None:
         if not self._body_done:
             return await self._read_body()
         if not self._upgrade:
             return None
         return await self._read_upgraded()
 
-    async def _read_body(self) -> bytes | None:
+    async def _read_body(self) -> _HttpRequest | None:
         if self._body_left:
             if self._expect_continue:
                 self._expect_continue = False
@@ -176,16 +144,15 @@ class ProxyCall:
             try:
                 chunk = await self._request.content.read(MAX_CHUNK)
             except Exception as exc:  # connection lost, malformed chunked framing, ...
-                # No trailer: the body is incomplete, and agentk must not mistake it for a whole one.
                 log.debug("reading the request body failed: %r", exc)
                 self._body_done = True
                 return None
             if chunk:
-                return _HttpRequest(data=_HttpRequest.Data(data=chunk)).SerializeToString()
+                return _HttpRequest(data=_HttpRequest.Data(data=chunk))
         self._body_done = True
-        return _HttpRequest(trailer=_HttpRequest.Trailer()).SerializeToString()
+        return _HttpRequest(trailer=_HttpRequest.Trailer())
 
-    async def _read_upgraded(self) -> bytes | None:
+    async def _read_upgraded(self) -> _HttpRequest | None:
         await self._head_known.wait()
         if self.raw is None:
             return None  # not switched: half-close
@@ -195,27 +162,25 @@ class ProxyCall:
                 return None
             self._pending = data
         chunk, self._pending = self._pending[:MAX_CHUNK], self._pending[MAX_CHUNK:]
-        return _HttpRequest(upgradeData=_HttpRequest.UpgradeData(data=chunk)).SerializeToString()
+        return _HttpRequest(upgradeData=_HttpRequest.UpgradeData(data=chunk))
 
-    # ---- response frames (CallerSide.send_header / write / set_trailer) --------------------------
+    # ---- response frames --------------------------------------------------------------------------
 
-    async def send_header(self, meta: ValuesMap) -> None:
-        """Ignore agentk's gRPC headers: they are not part of the HTTP response."""
-
-    async def set_trailer(self, meta: ValuesMap) -> None:
-        """Ignore agentk's gRPC trailers: they are not part of the HTTP response."""
-
-    async def write(self, data: bytes) -> None:
-        """Relay one serialized ``HttpResponse`` frame to the client.
+    async def relay(self, responses: AsyncIterable[grpctool_pb2.HttpResponse]) -> None:
+        """Write the agent's response frames to the client as they arrive; check :attr:`complete` after.
 
         Raises:
-            ResponseStreamError: undecodable frame, wrong order, or an invalid head.
+            ResponseStreamError: a frame out of order, or an invalid head.
             ConnectionError: the client is gone.
+            Exception: whatever iterating ``responses`` raised (the agent call's failure).
         """
+        async for message in responses:
+            await self._relay_one(message)
+
+    async def _relay_one(self, message: grpctool_pb2.HttpResponse) -> None:
         try:
-            message = grpctool_pb2.HttpResponse.FromString(data)
             kind = self._automaton.visit(message)
-        except (DecodeError, StreamOrderError) as exc:
+        except StreamOrderError as exc:
             raise ResponseStreamError(f"invalid response frame from the agent: {exc}") from exc
         if kind == "header":
             await self._start(message.header.response)
@@ -260,6 +225,6 @@ class ProxyCall:
             raise ResponseStreamError(f"invalid response head from the agent: {exc}") from exc
         self.response = response
         if switching:
-            # No await between the 101 write above and the takeover (upgrade.py).
+            # No await between the 101 write above and the takeover (hijack.py).
             self.raw = hijack(self._request)
         self._head_known.set()

@@ -5,7 +5,7 @@ back as ``grpctool.HttpResponse`` frames. Shared by every agent module that forw
 to the API server, ``workspace_access`` to a workspace's Service): :class:`RequestFrames` reads the request
 stream with its order checked, and :class:`OutboundHttp` makes the request. Plain requests go through aiohttp
 with the body streamed as it arrives and the response relayed in chunks of at most 32 KiB as they arrive;
-upgrade requests are written by hand (``upgrade.py``) so that after a ``101`` the raw bytes flow both ways
+upgrade requests are written by hand (``upgrade_client.py``) so that after a ``101`` the raw bytes flow both ways
 untouched. Every hop waits for the next (bounded queues, gRPC flow control), so a slow reader at either end
 stalls its source instead of filling memory.
 """
@@ -23,11 +23,11 @@ import grpc
 import yarl
 from grpc import aio
 
-from tether.modules.kubernetes_api.agent.upgrade import UpgradeExchange, UpgradeProtocolError, open_exchange
-from tether.modules.kubernetes_api.rpc.headers import clean_headers, to_values, via_value
 from tether.pb.gitlab.agent.grpctool import grpctool_pb2
 from tether.pb.gitlab.agent.prototool import prototool_pb2
 from tether.tool.automaton import StreamAutomaton, StreamOrderError
+from tether.tool.http_grpc.headers import clean_headers, to_values, via_value
+from tether.tool.http_grpc.upgrade_client import UpgradeExchange, UpgradeProtocolError, open_exchange
 from tether.tool.status import StatusError
 
 __all__ = [

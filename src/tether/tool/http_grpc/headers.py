@@ -1,4 +1,4 @@
-"""HTTP header rules shared by both halves of the Kubernetes API proxy (kas.md §5.3 step 3, §5.4).
+"""HTTP header rules of HTTP over gRPC, on both sides (kas.md §5.3 step 3, §5.4).
 
 Headers travel in ``map<string, prototool.Values>`` keyed by the canonical header name (Go's
 ``CanonicalMIMEHeaderKey`` form, e.g. ``Content-Type``), so an upstream agentk or kas reads them as it
