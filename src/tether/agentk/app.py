@@ -25,10 +25,11 @@ from tether.agentk.config import AgentkConfig
 from tether.agentk.modules import AGENT_MODULES
 from tether.kube.client import KubeClient, KubeError, ServerVersion
 from tether.kube.kubeconfig import load_credentials
+from tether.modagent.agent_meta import build_agent_meta
 from tether.modagent.api import AgentApi, AgentModuleFactory
 from tether.modagent.internal_server import InternalServer
 from tether.modshared.supervisor import ModuleSupervisor
-from tether.modules.agent_configuration.agent import ConfigurationWatcher, build_agent_meta
+from tether.modules.agent_configuration.agent import ConfigurationWatcher
 from tether.pb.gitlab.agent.agentcfg import agentcfg_pb2
 from tether.tool.http_server import SafeAppRunner
 from tether.tool.logs import CONNECTION_ID_METADATA, set_process_fields, setup_logging

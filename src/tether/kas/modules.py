@@ -7,6 +7,7 @@ from tether.modules.agent_configuration.server import AgentConfigurationServerFa
 from tether.modules.agent_registrar.server import AgentRegistrarServerFactory
 from tether.modules.agent_tracker.server import AgentTrackerServerFactory
 from tether.modules.gitlab_access.server import GitlabAccessServerFactory
+from tether.modules.graph.server import GraphServerFactory
 from tether.modules.kubernetes_api.server import KubernetesApiServerFactory
 from tether.modules.pods.server import PodsServerFactory
 from tether.modules.reverse_tunnel.server import ReverseTunnelServerFactory
@@ -20,6 +21,7 @@ SERVER_MODULES: list[ServerModuleFactory] = [
     AgentRegistrarServerFactory(),
     ReverseTunnelServerFactory(),
     PodsServerFactory(),
+    GraphServerFactory(),
     KubernetesApiServerFactory(),
     WorkspaceAccessServerFactory(),
 ]

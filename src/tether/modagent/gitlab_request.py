@@ -2,7 +2,8 @@
 
 Upstream ``modagent.Api.MakeGitLabRequest``: the request goes to
 ``/api/v4/internal/kubernetes/modules/<module>/<path>``; the answer comes back with the hub's status,
-headers and body unchanged.
+headers and body unchanged. The request and answer are encoded and decoded by ``tool/http_grpc`` (order
+checked by the automaton of the ``.proto`` options).
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ from tether.pb.gitlab.agent.gitlab_access.rpc import rpc_pb2, rpc_pb2_grpc
 from tether.pb.gitlab.agent.grpctool import grpctool_pb2
 from tether.pb.gitlab.agent.prototool import prototool_pb2
 from tether.tool.grpc_meta import Metadata
+from tether.tool.http_grpc.buffered import HttpStreamError, read_response, request_frames
 
 _CHUNK_BYTES = 64 * 1024
+#: The largest answer accepted from the hub, in bytes (a full reconcile answer of a few thousand workspaces).
+MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 #: Codes after which the same request may simply be sent again later.
 RETRYABLE = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED}
@@ -76,32 +80,22 @@ async def make_gitlab_request(
     for key, value in (headers or {}).items():
         request.header[key].value.append(value)
     request.header["Content-Type"].value.append("application/json")
+    header = grpctool_pb2.HttpRequest.Header(request=request, extra=extra, content_length=len(body))
 
     async def messages() -> AsyncIterator[grpctool_pb2.HttpRequest]:
-        yield grpctool_pb2.HttpRequest(
-            header=grpctool_pb2.HttpRequest.Header(request=request, extra=extra, content_length=len(body))
-        )
-        for start in range(0, len(body), _CHUNK_BYTES):
-            yield grpctool_pb2.HttpRequest(data=grpctool_pb2.HttpRequest.Data(data=body[start : start + _CHUNK_BYTES]))
-        yield grpctool_pb2.HttpRequest(trailer=grpctool_pb2.HttpRequest.Trailer())
+        for frame in request_frames(header, body, _CHUNK_BYTES):
+            yield frame
 
     stub = rpc_pb2_grpc.GitlabAccessStub(channel)
-    status = 0
-    answer_headers: dict[str, list[str]] = {}
-    data = bytearray()
     try:
         call = stub.MakeRequest(messages(), metadata=tuple(metadata), timeout=timeout_s)
-        async for message in call:
-            kind = message.WhichOneof("message")
-            if kind == "header":
-                status = message.header.response.status_code
-                answer_headers = {k: list(v.value) for k, v in message.header.response.header.items()}
-            elif kind == "data":
-                data += message.data.data
+        answer = await read_response(call, MAX_RESPONSE_BYTES)
     except aio.AioRpcError as exc:
         raise GitlabRequestError(
             f"{module_name}{path} through kas: {exc.code().name}: {exc.details()}", exc.code() in RETRYABLE
         ) from exc
-    if status == 0:
-        raise GitlabRequestError(f"{module_name}{path} through kas: no response header", True)
-    return GitlabResponse(status, answer_headers, bytes(data))
+    except HttpStreamError as exc:
+        call.cancel()
+        raise GitlabRequestError(f"{module_name}{path} through kas: {exc.message}", True) from exc
+    headers_out = {key: list(values.value) for key, values in answer.head.header.items()}
+    return GitlabResponse(answer.head.status_code, headers_out, answer.body)

@@ -8,11 +8,12 @@ module's services and returns a :class:`~tether.modshared.module.Module`, then a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import grpc
+from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from tether.modserver.agent_auth import AgentAuthenticator
@@ -21,10 +22,19 @@ from tether.modserver.agent_tracker import AgentTracker
 from tether.modserver.config import KasConfig
 from tether.modserver.gitlab_client import GitlabClient
 from tether.modshared.module import Module, Spawner
+from tether.pb.gitlab.agent.kubernetes_api.rpc import rpc_pb2 as kubernetes_api_pb2
 from tether.pb.gitlab.agent.reverse_tunnel.info import info_pb2
 from tether.pb.gitlab.agent.reverse_tunnel.rpc import rpc_pb2 as reverse_tunnel_pb2
 from tether.tool.events import EventBus
 from tether.tool.rate_limit import RateLimiter
+
+#: A path kas serves itself on the Kubernetes API proxy endpoint, behind its authentication (e.g. the Graph API):
+#: (request, agent id, identity to impose or None for the agent's own, call metadata such as the request id) ->
+#: response. The identity is not optional: a handler that cannot act as it must refuse (e.g. 403 / a policy close).
+ProxyPathHandler = Callable[
+    [web.BaseRequest, int, kubernetes_api_pb2.ImpersonationConfig | None, tuple[tuple[str, str], ...]],
+    Awaitable[web.StreamResponse],
+]
 
 #: The servicer context of one agentk ``ReverseTunnel.Connect`` stream.
 ConnectContext = grpc.aio.ServicerContext[reverse_tunnel_pb2.ConnectRequest, reverse_tunnel_pb2.ConnectResponse]
@@ -73,6 +83,8 @@ class ServerApi:
         rate_limiter: rate limits shared by every kas through Redis (memory without Redis), or None.
         routed_methods: agent methods the api listener routes to agents; fill with :meth:`register_agent_api`.
         ports: listener name -> bound TCP port; a module with its own listener adds it here.
+        proxy_paths: paths under the Kubernetes API proxy's prefix that kas answers itself; fill with
+            :meth:`register_proxy_path`.
     """
 
     config: KasConfig
@@ -91,6 +103,7 @@ class ServerApi:
     rate_limiter: RateLimiter | None = None
     routed_methods: dict[str, AgentIdFromRequest] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
+    proxy_paths: dict[str, ProxyPathHandler] = field(default_factory=dict)
 
     @property
     def long_poll_age_s(self) -> float:
@@ -113,6 +126,19 @@ class ServerApi:
             if method in self.routed_methods:
                 raise ValueError(f"agent method {method} is registered twice")
             self.routed_methods[method] = agent_id_of
+
+    def register_proxy_path(self, path: str, handler: ProxyPathHandler) -> None:
+        """Serve ``path`` (below the proxy's ``url_path_prefix``, e.g. ``/graph``) on the Kubernetes API proxy.
+
+        The proxy authenticates the request as for any proxied one and calls ``handler`` instead of relaying it
+        to the agent (issue 9 item 1: the handler gets the identity the proxy imposes).
+
+        Raises:
+            ValueError: the path is already registered by another module.
+        """
+        if path in self.proxy_paths:
+            raise ValueError(f"proxy path {path} is registered twice")
+        self.proxy_paths[path] = handler
 
 
 class ServerModuleFactory(Protocol):

@@ -9,23 +9,19 @@ stays available for callers that want it.
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 import grpc
 import structlog
 from grpc import aio
 
-import tether
-from tether.kube.client import ServerVersion
 from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2, rpc_pb2_grpc
 from tether.pb.gitlab.agent.agentcfg import agentcfg_pb2
 from tether.pb.gitlab.agent.entity import entity_pb2
 from tether.tool.backoff import Backoff
 from tether.tool.grpc_meta import Metadata
 
-__all__ = ["ConfigurationError", "ConfigurationWatcher", "build_agent_meta", "watch_backoff"]
+__all__ = ["ConfigurationError", "ConfigurationWatcher", "watch_backoff"]
 
 _log = structlog.get_logger(__name__)
 
@@ -39,33 +35,6 @@ _HEALTHY_STREAM_S = 5.0
 def watch_backoff() -> Backoff:
     """Backoff after a failed stream: 10 s to 5 min, factor 2, jitter 1, reset after 10 min (kas.md §6.3)."""
     return Backoff(initial_s=10.0, max_s=300.0, factor=2.0, jitter=1.0, reset_after_s=600.0)
-
-
-def build_agent_meta(kube_version: ServerVersion | None, env: Mapping[str, str] | None = None) -> entity_pb2.AgentMeta:
-    """What agentk says about itself in every ``ConfigurationRequest`` (``entity.AgentMeta``, kas.md §6.2).
-
-    Args:
-        kube_version: the cluster's ``/version``, or None when it could not be read.
-        env: environment (default ``os.environ``): ``POD_NAMESPACE`` (default ``default``) and ``POD_NAME``
-            (default: the host name), set upstream through the downward API (kas.md §8.1).
-    """
-    env = os.environ if env is None else env
-    meta = entity_pb2.AgentMeta(
-        version=tether.__version__,
-        commit_id="",
-        pod_namespace=env.get("POD_NAMESPACE") or "default",
-        pod_name=env.get("POD_NAME") or socket.gethostname(),
-    )
-    if kube_version is not None:
-        meta.kubernetes_version.CopyFrom(
-            entity_pb2.KubernetesVersion(
-                major=kube_version.major,
-                minor=kube_version.minor,
-                git_version=kube_version.git_version,
-                platform=kube_version.platform,
-            )
-        )
-    return meta
 
 
 class ConfigurationError(ValueError):

@@ -16,9 +16,9 @@ import structlog
 from grpc import aio
 
 from tether.kube.client import KubeError
+from tether.modagent.agent_meta import build_agent_meta
 from tether.modagent.api import AgentApi
 from tether.modshared.module import Module
-from tether.modules.agent_configuration.agent import build_agent_meta
 from tether.pb.gitlab.agent.agent_registrar.rpc import rpc_pb2, rpc_pb2_grpc
 from tether.pb.gitlab.agent.entity import entity_pb2
 from tether.tool.backoff import Backoff

@@ -1,7 +1,8 @@
 """kas half of ``gitlab_access``: ``GitlabAccess.MakeRequest`` on the agent listener (modules.md).
 
 One call is one HTTP request of an agentk module: a ``Header`` (method, path, query, headers, and
-``HeaderExtra.module_name`` in ``extra``), ``Data`` chunks, a ``Trailer``. kas authenticates the agent token,
+``HeaderExtra.module_name`` in ``extra``), ``Data`` chunks, a ``Trailer``, read with ``tool/http_grpc``
+(order checked by the automaton of the ``.proto`` options). kas authenticates the agent token,
 sends the request to ``/api/v4/internal/kubernetes/modules/<module>/<path>`` with its JWT and the agent token,
 and streams the hub's answer back unchanged (status, headers, body). Upgrades are refused
 (``UpgradeData`` or an ``Upgrade`` header: FAILED_PRECONDITION). A hub that cannot be reached gives
@@ -25,6 +26,7 @@ from tether.modules.gitlab_access import MODULE_NAME
 from tether.pb.gitlab.agent.gitlab_access.rpc import rpc_pb2, rpc_pb2_grpc
 from tether.pb.gitlab.agent.grpctool import grpctool_pb2
 from tether.pb.gitlab.agent.prototool import prototool_pb2
+from tether.tool.http_grpc.buffered import HttpStreamError, read_request, response_frames
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +55,6 @@ _DROPPED = frozenset(
         "upgrade",
     }
 )
-
-
-class _Refused(Exception):
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 def check_path(path: str) -> str:
@@ -105,10 +100,11 @@ class GitlabAccessServicer(rpc_pb2_grpc.GitlabAccessServicer):
             await context.abort(exc.code, exc.message)
         token = bearer_token(context.invocation_metadata())
         try:
-            header, module, body = await _read_request(request_iterator)
-        except _Refused as exc:
-            await context.abort(exc.code, exc.message)
-        request = header.request
+            received = await read_request(request_iterator, MAX_REQUEST_BYTES, _check_header)
+        except HttpStreamError as exc:
+            await exc.abort(context)
+        request = received.header.request
+        module = _module_name(received.header)
         try:
             response = await self._gitlab.module_request(
                 token,
@@ -117,7 +113,7 @@ class GitlabAccessServicer(rpc_pb2_grpc.GitlabAccessServicer):
                 request.method or "GET",
                 query=[(key, value) for key, values in request.query.items() for value in values.value],
                 headers=_header_values(dict(request.header)),
-                body=body,
+                body=received.body,
             )
         except GitlabClientError as exc:
             await context.abort(grpc.StatusCode.INTERNAL, f"hub answer refused: {exc.reason}")
@@ -130,57 +126,27 @@ class GitlabAccessServicer(rpc_pb2_grpc.GitlabAccessServicer):
         head = prototool_pb2.HttpResponse(status_code=response.status, status=f"{response.status} {response.reason}")
         for key, values in response.headers.items():
             head.header[key].value.extend(values)
-        yield grpctool_pb2.HttpResponse(header=grpctool_pb2.HttpResponse.Header(response=head))
-        for start in range(0, len(response.body), CHUNK_BYTES):
-            chunk = response.body[start : start + CHUNK_BYTES]
-            yield grpctool_pb2.HttpResponse(data=grpctool_pb2.HttpResponse.Data(data=chunk))
-        yield grpctool_pb2.HttpResponse(trailer=grpctool_pb2.HttpResponse.Trailer())
+        for frame in response_frames(head, response.body, CHUNK_BYTES):
+            yield frame
 
 
-async def _read_request(
-    messages: AsyncIterator[grpctool_pb2.HttpRequest],
-) -> tuple[grpctool_pb2.HttpRequest.Header, str, bytes]:
-    header: grpctool_pb2.HttpRequest.Header | None = None
-    module = ""
-    body = bytearray()
-    async for message in messages:
-        kind = message.WhichOneof("message")
-        if kind == "header":
-            if header is not None:
-                raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, "header sent twice")
-            header = message.header
-            module = _module_name(header)
-            path = header.request.url_path
-            try:
-                check_path(path)
-            except ValueError as exc:
-                raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
-            names = {key.lower() for key in header.request.header}
-            if "upgrade" in names:
-                raise _Refused(grpc.StatusCode.FAILED_PRECONDITION, "connection upgrade is not supported")
-        elif header is None:
-            raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, "the first message must be the header")
-        elif kind == "data":
-            body += message.data.data
-            if len(body) > MAX_REQUEST_BYTES:
-                raise _Refused(
-                    grpc.StatusCode.RESOURCE_EXHAUSTED, f"request body larger than {MAX_REQUEST_BYTES} bytes"
-                )
-        elif kind == "trailer":
-            return header, module, bytes(body)
-        elif kind == "upgradeData":
-            raise _Refused(grpc.StatusCode.FAILED_PRECONDITION, "connection upgrade is not supported")
-        else:
-            raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, "empty message")
-    raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, "the request ended before its trailer")
+def _check_header(header: grpctool_pb2.HttpRequest.Header) -> None:
+    """Refuse a header naming no module, an unsafe path, or an upgrade, before its body is read."""
+    _module_name(header)
+    try:
+        check_path(header.request.url_path)
+    except ValueError as exc:
+        raise HttpStreamError(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
+    if any(key.lower() == "upgrade" for key in header.request.header):
+        raise HttpStreamError(grpc.StatusCode.FAILED_PRECONDITION, "connection upgrade is not supported")
 
 
 def _module_name(header: grpctool_pb2.HttpRequest.Header) -> str:
     extra = rpc_pb2.HeaderExtra()
     if not header.HasField("extra") or not header.extra.Unpack(extra):
-        raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, "header.extra must hold gitlab_access HeaderExtra")
+        raise HttpStreamError(grpc.StatusCode.INVALID_ARGUMENT, "header.extra must hold gitlab_access HeaderExtra")
     if not _MODULE_NAME.match(extra.module_name):
-        raise _Refused(
+        raise HttpStreamError(
             grpc.StatusCode.INVALID_ARGUMENT, "HeaderExtra.module_name must be a module name, e.g. remote_development"
         )
     return extra.module_name

@@ -28,7 +28,7 @@ class KubernetesApiServerModule:
             api.gitlab, config.allowed_agent_cache_ttl, config.allowed_agent_cache_error_ttl
         )
         self._proxy = KubernetesApiProxy(
-            config, api.agent_conn, authorizer, api.config.gitlab.external_url, api.rate_limiter
+            config, api.agent_conn, authorizer, api.config.gitlab.external_url, api.rate_limiter, api.proxy_paths
         )
 
     async def start(self) -> None:

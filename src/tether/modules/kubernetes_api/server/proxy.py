@@ -7,9 +7,9 @@ rewritten and sent to its agent as ``MakeRequest`` through ``ServerApi.agent_con
 ``routing.tunnel_find_timeout`` does. A client that disconnects cancels its handler and with it the agent call.
 
 Every path under the prefix reaches the cluster as the identity the proxy imposes (``access_as: user``:
-impersonation; kas.md §4.5): paths kas serves itself (today ``/graph``) are :data:`ProxyPathHandler` entries
-of :attr:`KubernetesApiProxy.paths`, which receive that identity and must compute their answer with it or
-refuse; every other path is relayed as ``MakeRequest`` carrying it (issue 9 item 1).
+impersonation; kas.md §4.5): paths kas serves itself (today the Graph API's ``/graph``, registered by the
+``graph`` module with ``ServerApi.register_proxy_path``) receive that identity and must compute their answer
+with it or refuse; every other path is relayed as ``MakeRequest`` carrying it (issue 9 item 1).
 
 Errors kas produces are Kubernetes ``Status`` bodies (``status.py``): 400 outside the prefix, 401 for
 credentials, 403 for CORS and nested impersonation, 500 when the hub fails, 502 when the tunnel or agent
@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Mapping
 
 from aiohttp import web
 
 from tether.modserver.agent_conn import AgentCallError, AgentConn, AgentMethod
+from tether.modserver.api import ProxyPathHandler
 from tether.modserver.config import KubernetesApiCF
 from tether.modserver.gitlab_client import ProxyUserAuthorization
-from tether.modules.graph.server.websocket import agent_opener, serve_graph_websocket
 from tether.modules.kubernetes_api.rpc.impersonation import NESTED_IMPERSONATION, carries_impersonation
 from tether.modules.kubernetes_api.server.auth import (
     ProxyCredentials,
@@ -40,7 +40,6 @@ from tether.modules.kubernetes_api.server.cors import cors_headers, is_preflight
 from tether.modules.kubernetes_api.server.request_head import request_header
 from tether.modules.kubernetes_api.server.status import ProxyError, status_response
 from tether.pb.gitlab.agent.grpctool import grpctool_pb2
-from tether.pb.gitlab.agent.kubernetes_api.rpc import rpc_pb2
 from tether.tool.durations import parse_duration
 from tether.tool.http_grpc.headers import is_upgrade
 from tether.tool.http_grpc.proxy_call import ProxyCall, ResponseStreamError
@@ -49,7 +48,7 @@ from tether.tool.logs import REQUEST_ID_METADATA, bind, new_request_id
 from tether.tool.rate_limit import RateLimiter, per_minute
 from tether.tool.status import http_code
 
-__all__ = ["GRAPH_PATH", "MAKE_REQUEST", "KubernetesApiProxy", "ProxyPathHandler"]
+__all__ = ["MAKE_REQUEST", "KubernetesApiProxy"]
 
 log = logging.getLogger(__name__)
 
@@ -59,15 +58,7 @@ MAKE_REQUEST = AgentMethod(
 )
 
 
-GRAPH_PATH = "/graph"
-
-#: A path kas serves itself: (request, agent id, identity to impose or None for the agent's own, call metadata
-#: such as the request id) -> response. The identity is not optional: a handler that cannot act as it must
-#: refuse (e.g. 403 / a policy close).
-ProxyPathHandler = Callable[
-    [web.BaseRequest, int, rpc_pb2.ImpersonationConfig | None, "CallMetadata"], Awaitable[web.StreamResponse]
-]
-#: Metadata kas adds to a routed call (the request id).
+#: Metadata kas adds to an agent call (the request id).
 CallMetadata = tuple[tuple[str, str], ...]
 
 
@@ -98,6 +89,8 @@ class KubernetesApiProxy:
         agents: calls the agents (``ServerApi.agent_conn``).
         authorizer: checks credentials with the hub.
         external_url: ``gitlab.external_url`` for CORS, or None (no CORS checks).
+        limiter: counts refused credentials per source address, or None.
+        paths: paths under the prefix that kas answers itself (``ServerApi.proxy_paths``).
     """
 
     def __init__(
@@ -107,6 +100,7 @@ class KubernetesApiProxy:
         authorizer: ProxyUserAuthorizer,
         external_url: str | None,
         limiter: RateLimiter | None = None,
+        paths: Mapping[str, ProxyPathHandler] | None = None,
     ) -> None:
         self._config = config
         self._limiter = limiter if config.failed_auth_per_source_per_minute > 0 else None
@@ -121,18 +115,7 @@ class KubernetesApiProxy:
         self._watches: set[asyncio.Future[None]] = set()
         self._ending_watches = False
         #: Paths under the prefix that kas answers itself instead of relaying ``MakeRequest``.
-        self.paths: dict[str, ProxyPathHandler] = {GRAPH_PATH: self._graph}
-
-    async def _graph(
-        self,
-        request: web.BaseRequest,
-        agent_id: int,
-        impersonation: rpc_pb2.ImpersonationConfig | None,
-        metadata: CallMetadata,
-    ) -> web.StreamResponse:
-        # The Graph API lives on the same endpoint and authentication (issue 6, graph.md).
-        opener = agent_opener(self._agents, agent_id, metadata)
-        return await serve_graph_websocket(request, opener, impersonation)
+        self._paths: Mapping[str, ProxyPathHandler] = paths if paths is not None else {}
 
     async def start(self) -> int:
         """Bind and serve; return the bound TCP port (0 for a unix socket).
@@ -181,7 +164,7 @@ class KubernetesApiProxy:
                 )
             metadata = ((REQUEST_ID_METADATA, request_id),)
             with bind(agent_id=credentials.agent_id):
-                own = self.paths.get(url_path)
+                own = self._paths.get(url_path)
                 if own is not None:
                     return await own(request, credentials.agent_id, impersonation, metadata)
                 upgrade = is_upgrade(request.headers.items())
