@@ -72,7 +72,7 @@ class AgentCall(Protocol[Resp_co]):
         """The response messages."""
 
     async def initial_metadata(self) -> Metadata:
-        """The agent's response headers; empty when the call ended without any."""
+        """The agent's response headers, once known (a response message or the end of the call settles it)."""
 
     def trailing_metadata(self) -> Metadata:
         """The agent's trailers, once the iteration ended (empty before)."""

@@ -5,11 +5,11 @@ through the agent's tunnels to agentk, which resolves the workspace Service's en
 
 kas half ``server/``: ``addresses.py`` (host and path forms), ``credentials.py`` (token or cookie),
 ``sign_in.py`` (redirect to the hub and back), ``authorizer.py`` (the hub's answer, cached, invalidated by
-events), ``pages.py`` (state and error answers), ``forward.py`` (the routed call) and ``proxy.py`` (the
+events), ``pages.py`` (state and error answers), ``forward.py`` (the agent call) and ``proxy.py`` (the
 listener). agentk half ``agent/``: ``endpoints.py`` (Service -> EndpointSlice address) and ``forward.py``
 (``WorkspaceAccess.MakeRequest``). Shared ``rpc/``: ``tokens.py`` (the sign-in JWTs kas and the hub exchange)
 and ``headers.py`` (what never crosses to the workspace). The HTTP-over-gRPC framing and relay are
-``kubernetes_api``'s (upstream keeps them in ``grpctool``).
+``tool/http_grpc`` (upstream keeps them in ``grpctool``).
 """
 
 #: The module's name, in log lines and the module lists.

@@ -105,6 +105,7 @@ class _RoutedCall(Generic[Req, Resp]):
 
     async def write(self, data: bytes) -> None:
         """Queue one serialized response message, waiting while the module has not read enough."""
+        self._headed.set()  # a message means the headers, if any, came before it
         await self._responses.put(data)
 
     async def set_trailer(self, meta: ValuesMap) -> None:

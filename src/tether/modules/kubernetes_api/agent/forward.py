@@ -7,7 +7,7 @@ after removing hop-by-hop headers and the caller's ``Authorization``. When kas i
 (``HeaderExtra.imp_config``), the ``Impersonate-*`` headers are added, and a request that already carries
 such headers is refused (``PERMISSION_DENIED``, nested impersonation). The response streams back as
 ``header``, ``data`` chunks of at most 32 KiB as they arrive, ``trailer`` and, after a ``101``,
-``upgradeData`` both ways on the raw connection (``outbound.py``). Failures to talk to the API
+``upgradeData`` both ways on the raw connection (``tool/http_grpc/outbound.py``). Failures to talk to the API
 server end the call with ``UNAVAILABLE "gRPC -> HTTP: ..."``.
 """
 

@@ -3,9 +3,9 @@
 Each call carries one HTTP request for a workspace port (``header`` with a ``WorkspaceTarget`` in ``extra``,
 ``data``*, ``trailer``, then ``upgradeData``* after a ``101``). agentk resolves the Service's port to a ready
 endpoint (``endpoints.py``) and sends the request there over plain HTTP with the original ``Host``, without the
-caller's credentials (kas applied the header allow-list of ``rpc/headers.py``; agentk applies it again), and streams the
-response back (``kubernetes_api``'s ``OutboundHttp``: chunks of at most 32 KiB as they arrive, raw bytes both
-ways after a ``101``). Failures end the call with a status whose message kas shows the user: NOT_FOUND or
+caller's credentials (kas applied the header allow-list of ``rpc/headers.py``; agentk applies it again), and
+streams the response back (``tool/http_grpc``'s ``OutboundHttp``: chunks of at most 32 KiB as they arrive, raw
+bytes both ways after a ``101``). Failures end the call with a status whose message kas shows the user: NOT_FOUND or
 PERMISSION_DENIED from resolving, UNAVAILABLE when the workspace cannot be reached.
 """
 
