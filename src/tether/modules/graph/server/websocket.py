@@ -1,10 +1,9 @@
 """kas half of the Graph API: one WebSocket session on ``/graph`` (seed 002 "Client request", issue 6 item 1).
 
-Mount it on the Kubernetes API proxy listener after authentication, e.g.::
+The ``graph`` module mounts it on the Kubernetes API proxy listener, behind its authentication
+(``server/__init__.py``)::
 
-    async def graph(request: web.Request) -> web.StreamResponse:
-        agent_id, impersonation = ...  # authenticated as for any proxied request
-        return await serve_graph_websocket(request, agent_opener(api.agent_conn, agent_id), impersonation)
+    return await serve_graph_websocket(request, agent_opener(api.agent_conn, agent_id, metadata), impersonation)
 
 (``channel_opener(channel)`` does the same over a plain gRPC channel, e.g. to agentk's internal server.)
 
