@@ -118,16 +118,18 @@ async def read_request(
 
 
 async def read_response(messages: AsyncIterable[_Response], max_body_bytes: int) -> BufferedResponse:
-    """Read a whole response (the calling side of a plain request).
+    """Read a whole response, to the end of the stream (the calling side of a plain request).
 
     Raises:
-        HttpStreamError: INTERNAL for frames out of order, a stream without its header or trailer, or
-            ``upgradeData``; RESOURCE_EXHAUSTED for a body over ``max_body_bytes``.
+        HttpStreamError: INTERNAL for frames out of order (anything after the ``trailer`` included), a stream
+            without its header or trailer, or ``upgradeData``; RESOURCE_EXHAUSTED for a body over
+            ``max_body_bytes``.
         Exception: whatever iterating ``messages`` raised (the call's own failure).
     """
     automaton = StreamAutomaton(_Response)
     head: prototool_pb2.HttpResponse | None = None
     body = bytearray()
+    complete = False
     async for message in messages:
         try:
             kind = automaton.visit(message)
@@ -142,8 +144,9 @@ async def read_response(messages: AsyncIterable[_Response], max_body_bytes: int)
                     grpc.StatusCode.RESOURCE_EXHAUSTED, f"response body larger than {max_body_bytes} bytes"
                 )
         elif kind == "trailer":
-            assert head is not None  # the automaton allows a trailer only after the header
-            return BufferedResponse(head, bytes(body))
+            complete = True
         else:
             raise HttpStreamError(grpc.StatusCode.INTERNAL, "upgrade data in the response to a plain request")
-    raise HttpStreamError(grpc.StatusCode.INTERNAL, "the response ended before its trailer")
+    if not complete or head is None:
+        raise HttpStreamError(grpc.StatusCode.INTERNAL, "the response ended before its trailer")
+    return BufferedResponse(head, bytes(body))
