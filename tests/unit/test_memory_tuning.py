@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import gc
-import os
 import subprocess
 import sys
 
-from tether.tool.memory import FULL_COLLECTION_SPACING, limit_malloc_arenas, space_full_collections
+from tether.tool.memory import FULL_COLLECTION_SPACING, space_full_collections
 
 
 def test_full_collections_are_spaced_and_young_ones_unchanged() -> None:
@@ -41,6 +40,3 @@ def test_startup_garbage_goes_back_to_the_system() -> None:
     before_kib, after_kib = (int(value) for value in done.stdout.split())
     assert before_kib - after_kib > 40 * 1024
 
-
-def test_malloc_arenas_can_be_limited_on_glibc() -> None:
-    assert limit_malloc_arenas(8 * (os.cpu_count() or 1))  # glibc's own default: this process is unchanged

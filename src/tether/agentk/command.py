@@ -19,7 +19,6 @@ from tether.agentk.config import (
     read_token,
 )
 from tether.kube.kubeconfig import KubeConfigError
-from tether.tool.memory import limit_malloc_arenas
 
 __all__ = ["agentk_command"]
 
@@ -109,7 +108,6 @@ def agentk_command(
     except AgentkConfigError as exc:
         raise click.UsageError(str(exc)) from exc
     configure_logging(config.log_level)
-    limit_malloc_arenas()  # before gRPC's and uvloop's threads start (tool/memory)
     try:
         asyncio.run(AgentkApp(config).run())
     except KubeConfigError as exc:

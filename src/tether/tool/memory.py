@@ -51,28 +51,6 @@ def release_free_memory() -> bool:
     return True
 
 
-#: glibc's ``mallopt`` parameter number of ``M_ARENA_MAX`` (malloc.h).
-_M_ARENA_MAX = -8
-
-
-def limit_malloc_arenas(arenas: int = 2) -> bool:
-    """Let at most ``arenas`` glibc malloc arenas serve the process' threads; False where that is not glibc.
-
-    glibc gives each thread that allocates its own arena (up to 8 per core), each keeping its own free pages.
-    agentk's threads (gRPC's event engine and timer, uvloop's resolver pool) are mostly idle and its Python code
-    runs on one thread: two arenas measured 1.0 MiB less idle RSS (issue 28 item 4; kas: no difference, so kas
-    keeps glibc's default). Call before the threads start; arenas made earlier stay.
-    """
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
-    try:
-        mallopt = ctypes.CDLL(name).mallopt
-    except (OSError, AttributeError):  # not glibc
-        return False
-    return bool(mallopt(_M_ARENA_MAX, arenas))
-
-
 #: Youngest-generation collections per look at the oldest generation (CPython's default: 10 middle-generation
 #: collections of 10 young ones each, i.e. ``gc.set_threshold(700, 10, 10)``).
 FULL_COLLECTION_SPACING = 100
