@@ -39,4 +39,3 @@ def test_startup_garbage_goes_back_to_the_system() -> None:
     done = subprocess.run([sys.executable, "-c", _START_UP_GARBAGE], capture_output=True, text=True, check=True)
     before_kib, after_kib = (int(value) for value in done.stdout.split())
     assert before_kib - after_kib > 40 * 1024
-
