@@ -1,6 +1,6 @@
 """Hardening benchmarks (issue 9): back-pressure, refresh at 20,000 connections, chaos, 10,000 agents.
 
-Usage: ``uv run python bench/hardening.py [--agents N] [--part all|tests|agents|freeze]``
+Usage: ``uv run python bench/hardening.py [--agents N] [--part all|tests|agents|freeze] [--runs N] [--no-dev-venv]``
 
 The first three figures come from the tests that check them, run here through pytest with
 ``TETHER_BENCH_DIR`` set so they write their measurements:
@@ -24,6 +24,11 @@ agents re-opened during the run, configuration streams and tunnels, whatever end
 end). kas runs as an image carries it (the runtime package installed without
 extras into an empty virtual environment, as in ``bench/footprint.py``); the same three figures with the
 development environment's kas are recorded beside them with the suffix ``_dev_venv``.
+The runtime kas' run is repeated ``--runs`` times (default 3; issue 28 item 5: the spread, not the best):
+the median of each figure is recorded, with ``connect_10000_agents_seconds_min`` and ``_max``; every run
+prints the load average before it and the CPU seconds of kas, of this process (the hub runs in a thread of
+it) and of the simulator during the storm, and records ``kas_storm_cpu_ms_per_agent`` and
+``storm_load_average`` (1-minute). ``--no-dev-venv`` skips the development environment's run.
 
 ``redis_freeze_gateway_requests_ratio`` (issue 27 item 5, ``--part freeze``): one kas on a private Redis with
 one agentk connected to it (the endpoint behind agentk answers a bare 404) and :data:`FREEZE_CLIENTS` clients
