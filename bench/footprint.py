@@ -13,8 +13,16 @@ development environment's ``tether`` (where ``rich`` and ``cryptography`` are in
 ``structlog`` and ``PyJWT`` load them) are recorded beside them for comparison. The hub always runs from
 the development environment (it needs the ``hub`` extra).
 
+The import floor (issue 28 item 4): after reading the RSS, the benchmark asks kas and agentk (through
+``tests/support/probe``, put on their ``PYTHONPATH`` here only) which modules they have loaded, and a fresh
+interpreter of the same virtual environment imports every one of them that is not Tether's own (``tether.*``,
+which includes the generated protobuf code), in the same order, and reads its RSS: ``kas_import_floor_mib`` and
+``agentk_import_floor_mib``, what the libraries the process loads cost before any of Tether's code or state.
+``tests/e2e/test_minimal_imports.py`` keeps what a minimal configuration loads to what it uses.
+
 Writes ``bench/results/footprint.json``: ``agentk_idle_rss_mib`` (target <= 64), ``kas_idle_rss_mib``
-(target <= 80), ``hub_idle_rss_mib``, each the median of ``N`` runs, plus the ``*_dev_venv`` figures.
+(target <= 80), ``hub_idle_rss_mib``, each the median of ``N`` runs, the two import floors (median), plus
+the ``*_dev_venv`` figures.
 """
 
 from __future__ import annotations
@@ -25,18 +33,32 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.support.loaded_modules import loaded_modules, probe_environment
 from tests.support.runtime_venv import build_runtime_venv
 from tether.devenv.cluster import LocalCluster
 from tether.devenv.up import TETHER, Running, UpOptions, bring_up
 
 RESULTS = Path(__file__).parent / "results" / "footprint.json"
 SETTLE_S = 5.0
+#: Imports every module named on stdin, in order, then prints its RSS in KiB and how many failed to import.
+FLOOR_SCRIPT = """
+import importlib, sys
+failed = 0
+for name in sys.stdin.read().split():
+    try:
+        importlib.import_module(name)
+    except Exception:
+        failed += 1
+rss = next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmRSS:"))
+print(rss, failed)
+"""
 
 
 def rss_mib(pid: int) -> float:
@@ -47,16 +69,45 @@ def rss_mib(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
+def import_floor_mib(python: str, modules: list[str]) -> float:
+    """RSS in MiB of a fresh ``python`` that imported ``modules`` except Tether's own (``tether.*``)."""
+    libraries = [name for name in modules if name.split(".")[0] not in ("tether", "__main__", "sitecustomize")]
+    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "TETHER_MODULE_PROBE")}
+    done = subprocess.run(
+        [python, "-c", FLOOR_SCRIPT], input="\n".join(libraries), capture_output=True, text=True, check=True, env=env
+    )
+    rss_kib, failed = done.stdout.split()
+    print(f"  import floor: {len(libraries)} modules, {failed} not importable alone", flush=True)
+    return int(rss_kib) / 1024
+
+
 def one_run(work: Path, kubeconfig: Path, runtime_tether: str) -> dict[str, float]:
-    """Bring the system up once; return ``{process name: RSS MiB}`` after the settle time."""
+    """Bring the system up once; return ``{process name: RSS MiB}`` after the settle time.
+
+    kas and agentk also get ``<name>_import_floor`` (see the module docstring).
+    """
     running = Running()
     options = UpOptions(state_dir=work, kubeconfig=kubeconfig, runtime_tether=runtime_tether)
+    probe = work.with_name(f"{work.name}-probe")
+    probe.mkdir(parents=True)
+    path = os.environ.get("PYTHONPATH")
+    os.environ.update(probe_environment(probe))
     try:
         asyncio.run(bring_up(options, lambda line: print(f"  {line}", flush=True), running))
         time.sleep(SETTLE_S)
-        return {process.name: rss_mib(process.pid) for process in running.processes}
+        figures = {process.name: rss_mib(process.pid) for process in running.processes}
+        python = str(Path(runtime_tether).parent / "python")
+        for process in running.processes:
+            if process.name in ("kas", "agentk"):
+                figures[f"{process.name}_import_floor"] = import_floor_mib(python, loaded_modules(process.pid, probe))
+        return figures
     finally:
         running.stop()
+        os.environ.pop("TETHER_MODULE_PROBE")
+        if path is None:
+            os.environ.pop("PYTHONPATH")
+        else:
+            os.environ["PYTHONPATH"] = path
 
 
 def main() -> None:
@@ -79,6 +130,9 @@ def main() -> None:
                     print(f"  RSS MiB: { {k: round(v, 1) for k, v in figures.items()} }", flush=True)
                     for name in ("agentk", "kas") if label else ("agentk", "kas", "hub"):
                         samples.setdefault(f"{name}_idle_rss_mib{label}", []).append(figures[name])
+                    if not label:
+                        for name in ("agentk", "kas"):
+                            samples.setdefault(f"{name}_import_floor_mib", []).append(figures[f"{name}_import_floor"])
         finally:
             cluster.stop()
     results = [

@@ -1,6 +1,6 @@
 """Hardening benchmarks (issue 9): back-pressure, refresh at 20,000 connections, chaos, 10,000 agents.
 
-Usage: ``uv run python bench/hardening.py [--agents N] [--part all|tests|agents|freeze]``
+Usage: ``uv run python bench/hardening.py [--agents N] [--part all|tests|agents|freeze] [--runs N] [--no-dev-venv]``
 
 The first three figures come from the tests that check them, run here through pytest with
 ``TETHER_BENCH_DIR`` set so they write their measurements:
@@ -24,6 +24,11 @@ agents re-opened during the run, configuration streams and tunnels, whatever end
 end). kas runs as an image carries it (the runtime package installed without
 extras into an empty virtual environment, as in ``bench/footprint.py``); the same three figures with the
 development environment's kas are recorded beside them with the suffix ``_dev_venv``.
+The runtime kas' run is repeated ``--runs`` times (default 3; issue 28 item 5: the spread, not the best):
+the median of each figure is recorded, with ``connect_10000_agents_seconds_min`` and ``_max``; every run
+prints the load average before it and the CPU seconds of kas, of this process (the hub runs in a thread of
+it) and of the simulator during the storm, and records ``kas_storm_cpu_ms_per_agent`` and
+``storm_load_average`` (1-minute). ``--no-dev-venv`` skips the development environment's run.
 
 ``redis_freeze_gateway_requests_ratio`` (issue 27 item 5, ``--part freeze``): one kas on a private Redis with
 one agentk connected to it (the endpoint behind agentk answers a bare 404) and :data:`FREEZE_CLIENTS` clients
@@ -40,6 +45,7 @@ import json
 import os
 import queue
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -79,6 +85,12 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     raise RuntimeError("no VmRSS")
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) ``pid`` has used so far, all its threads (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def gauge(kas: KasProc, name: str) -> float:
@@ -128,6 +140,8 @@ async def many_agents(count: int, tether: str, suffix: str) -> dict[str, tuple[f
         try:
             kas = system.kas(agent={"configuration": {"poll_period": "3600s"}})
             assert kas.process is not None
+            load = os.getloadavg()
+            kas_cpu_before, own_cpu_before = cpu_s(kas.process.pid), cpu_s(os.getpid())
             began = time.monotonic()
             target = kas.agent_address.removeprefix("grpc://")
             sim = subprocess.Popen(
@@ -154,7 +168,17 @@ async def many_agents(count: int, tether: str, suffix: str) -> dict[str, tuple[f
                         tunnels_s = time.monotonic() - began
                     await asyncio.sleep(0.2)
                 connect_s = max(configured_s, tunnels_s)
-                print(f"every agent configured after {configured_s:.1f} s, every tunnel idle after {tunnels_s:.1f} s")
+                # CPU of the storm: kas; the hub (a thread of this process, with this loop's polling); the agents.
+                storm_cpu = {
+                    "kas": cpu_s(kas.process.pid) - kas_cpu_before,
+                    "hub+bench": cpu_s(os.getpid()) - own_cpu_before,
+                    "simulator": cpu_s(sim.pid),
+                }
+                print(
+                    f"every agent configured after {configured_s:.1f} s, every tunnel idle after {tunnels_s:.1f} s; "
+                    f"load average before {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; CPU s of the storm: "
+                    + ", ".join(f"{name} {value:.1f}" for name, value in storm_cpu.items())
+                )
                 await asyncio.sleep(10)  # settle: anything that breaks shows as re-opened streams
                 rss = rss_mib(kas.process.pid)
                 agents_seen = await gauge(kas, "connected_agents_count")
@@ -183,7 +207,23 @@ async def many_agents(count: int, tether: str, suffix: str) -> dict[str, tuple[f
         f"kas_rss_{count}_agents_mib{suffix}": (rss, "MiB"),
         f"connect_{count}_agents_seconds{suffix}": (connect_s, "s"),
         f"stream_reopens_{count}_agents{suffix}": (sum(ended.values()), "count"),
+        f"kas_storm_cpu_ms_per_agent{suffix}": (storm_cpu["kas"] * 1000 / count, "ms"),
+        f"storm_load_average{suffix}": (load[0], "load"),
     }
+
+
+def spread(runs: list[dict[str, tuple[float, str]]]) -> dict[str, tuple[float, str]]:
+    """Median of each figure over ``runs``; for the connect time also the slowest and fastest run (issue 28 item 5)."""
+    figures: dict[str, tuple[float, str]] = {}
+    for name, (_, unit) in runs[0].items():
+        values = sorted(run[name][0] for run in runs)
+        figures[name] = (statistics.median(values), unit)
+        if name.startswith("connect_") and len(runs) > 1:
+            figures[f"{name}_min"] = (values[0], unit)
+            figures[f"{name}_max"] = (values[-1], unit)
+    if len(runs) > 1:
+        figures["many_agents_runs"] = (len(runs), "runs")
+    return figures
 
 
 async def not_found_endpoint() -> asyncio.Server:
@@ -275,6 +315,8 @@ def main() -> None:
         default="all",
         help="measure one part only: test figures, many agents or Redis freeze (the others in the file are kept)",
     )
+    parser.add_argument("--runs", type=int, default=3, help="10,000-agent runs of the runtime kas (median recorded)")
+    parser.add_argument("--no-dev-venv", action="store_true", help="skip the development environment's kas run")
     args = parser.parse_args()
     figures: dict[str, tuple[float, str]] = {}
     if args.part in ("all", "tests"):
@@ -285,8 +327,12 @@ def main() -> None:
         # development environment's, where PyJWT and structlog also load cryptography and rich.
         with tempfile.TemporaryDirectory(prefix="tether-bench-runtime-") as tmp:
             runtime = str(build_runtime_venv(Path(tmp)) / "bin" / "tether")
-            figures.update(asyncio.run(many_agents(args.agents, runtime, "")))
-        figures.update(asyncio.run(many_agents(args.agents, DEV_TETHER, "_dev_venv")))
+            runs = [asyncio.run(many_agents(args.agents, runtime, "")) for _ in range(args.runs)]
+            for number, run in enumerate(runs, 1):
+                print(f"run {number}: " + ", ".join(f"{name} {value:.2f}" for name, (value, _) in run.items()))
+            figures.update(spread(runs))
+        if not args.no_dev_venv:
+            figures.update(asyncio.run(many_agents(args.agents, DEV_TETHER, "_dev_venv")))
     if args.part in ("all", "freeze"):
         figures.update(asyncio.run(redis_freeze()))
     for name, (value, unit) in figures.items():

@@ -10,7 +10,6 @@ from aiohttp import web
 
 from tether.modserver.api import ServerApi
 from tether.modshared.module import IdleModule, Module
-from tether.modules.graph.server.websocket import agent_opener, serve_graph_websocket
 from tether.pb.gitlab.agent.kubernetes_api.rpc import rpc_pb2 as kubernetes_api_pb2
 
 __all__ = ["GRAPH_PATH", "GraphServerFactory"]
@@ -25,7 +24,11 @@ class GraphServerFactory:
     name = "graph"
 
     def new(self, api: ServerApi) -> Module:
-        """Register :data:`GRAPH_PATH` on the proxy endpoint."""
+        """Register :data:`GRAPH_PATH` on the proxy endpoint; idle without one (``agent.kubernetes_api`` unset)."""
+        if api.config.agent.kubernetes_api is None:
+            return IdleModule(self.name)
+        # Imported here: a kas without the proxy does not load the Graph API (tests/e2e/test_minimal_imports.py).
+        from tether.modules.graph.server.websocket import agent_opener, serve_graph_websocket  # noqa: PLC0415
 
         async def serve(
             request: web.BaseRequest,
