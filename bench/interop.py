@@ -1,15 +1,16 @@
 """Tether beside upstream GitLab kas/agentk 16.5 in one run (issue 11): the Kubernetes API proxy and idle memory.
 
 Usage: ``uv run python bench/interop.py [--pods 5000] [--runs 5] [--gets 300] [--watch-events 100]
-[--baseline-src DIR] [--profile DIR] [--output FILE]``
+[--baseline NAME=DIR ...] [--profile DIR] [--output FILE]``
 
 Real processes on loopback: a private cluster, redis-server, the real hub (with its Gitaly-compatible service),
 and two agent paths side by side, each with its own agent registered in the hub:
 
 - **tether:** ``tether kas`` + ``tether agentk``;
 - **upstream:** upstream kas + upstream agentk, built from ``../shared/upstream``;
-- **baseline** (with ``--baseline-src``): ``tether kas`` + ``tether agentk`` run from another source tree (e.g. an
-  export of ``main``), so a change and its before are measured in the same run, interleaved (issue 28).
+- **NAME** (each ``--baseline NAME=DIR``): ``tether kas`` + ``tether agentk`` run from another source tree (e.g. an
+  export of ``main``), so a change and its before are measured in the same run, interleaved (issue 28); small
+  requests and watch events only.
 
 kubectl uses ``pat:<agent id>:<token>`` against each kas' ``/k8s-proxy/`` (TLS), or the admin kubeconfig for the
 direct path; the three paths alternate within each run. Writes ``bench/results/interop.json``:
@@ -238,6 +239,33 @@ def profile(pids: dict[str, int], directory: Path, seconds: int) -> list[subproc
     ]
 
 
+async def trace_hops(pids: dict[str, int], directory: Path, getter: Getter) -> None:
+    """Per-hop timestamps: strace's socket reads and writes of kas and agentk during 5 GETs 0.3 s apart.
+
+    Writes ``<name>.strace`` (``-ttt -f``: thread, wall time, call) and ``sockets.txt`` (``ss -tanpx``: which
+    file descriptor of which process talks to which port), read together to label each hop.
+    """
+    calls = "trace=read,write,readv,writev,recvfrom,sendto,recvmsg,sendmsg"
+    tracers = [
+        subprocess.Popen(
+            ["strace", "-f", "-ttt", "-e", calls, "-s", "0", "-o", str(directory / f"{name}.strace"), "-p", str(pid)],
+            stderr=subprocess.DEVNULL,
+        )
+        for name, pid in pids.items()
+    ]
+    await asyncio.sleep(2)
+    for _ in range(5):
+        await getter.get(1)
+        await asyncio.sleep(0.3)
+    listing = await asyncio.to_thread(subprocess.run, ["ss", "-tanpx"], capture_output=True, text=True, check=False)
+    sockets = listing.stdout
+    (directory / "sockets.txt").write_text(sockets)
+    for tracer in tracers:
+        tracer.send_signal(2)
+        tracer.wait(30)
+    print(f"traced 5 GETs (ms): {[round(x, 2) for x in getter.samples[-5:]]}", flush=True)
+
+
 def register_agent(env: Interop, name: str) -> tuple[int, str]:
     admin = env.hub.api()
     agent = admin.post(f"/projects/{env.project_id}/cluster_agents", json={"name": name}).json()
@@ -248,7 +276,7 @@ def register_agent(env: Interop, name: str) -> tuple[int, str]:
 
 
 async def run(
-    pods: int, runs: int, gets: int, watch_events: int, baseline: Path | None, profile_dir: Path | None
+    pods: int, runs: int, gets: int, watch_events: int, baselines: dict[str, Path], profile_dir: Path | None
 ) -> list[dict[str, Any]]:
     bins = upstream.locate()
     with tempfile.TemporaryDirectory(prefix="tether-bench-interop-") as tmp:
@@ -259,19 +287,22 @@ async def run(
         tls = pki.generate(directory / "proxy-tls")
         (directory / "hub").mkdir()
         (directory / "system").mkdir()
-        (directory / "system-baseline").mkdir()
         launcher = HubLauncher(directory / "hub", f"sqlite+aiosqlite:///{directory / 'hub' / 'hub.db'}")
         hub = launcher.prepare()
         private = write_private_secret(directory / "private_secret")
         system = System(directory / "system", hub, private, info.kubeconfig, redis, tls)  # type: ignore[arg-type]
-        system_base = System(directory / "system-baseline", hub, private, info.kubeconfig, redis, tls)  # type: ignore[arg-type]
+        systems = {}
+        for name in baselines:
+            (directory / f"system-{name}").mkdir()
+            systems[name] = System(directory / f"system-{name}", hub, private, info.kubeconfig, redis, tls)  # type: ignore[arg-type]
         env = Interop(directory, bins, launcher, hub, system, redis, tls, info.kubeconfig, locate()["kubectl"])
         try:
             tether_kas = env.tether_kas()
             upstream_kas = env.upstream_kas()
-            if baseline is not None:
-                with python_path(baseline):
-                    base_kas = system_base.kas()
+            base_kas = {}
+            for name, src in baselines.items():
+                with python_path(src):
+                    base_kas[name] = systems[name].kas()
             launcher.start(hub, {"gitaly.listen": f"127.0.0.1:{free_port()}"})
             admin = hub.api()
             group = admin.post("/groups", json={"name": "Platform", "path": "platform"}).json()
@@ -291,11 +322,12 @@ async def run(
                 "upstream": (upstream_kas.k8s_proxy_url, f"pat:{upstream_id}:{user_token}"),
             }
             tether_agentks = [tether_agentk]
-            if baseline is not None:
-                base_id, base_token = register_agent(env, "baseline")
-                with python_path(baseline):
-                    tether_agentks.append(system_base.agentk_at(base_token, base_kas.agent_address, "base-agentk"))
-                paths["baseline"] = (base_kas.k8s_proxy_url, f"pat:{base_id}:{user_token}")
+            for name, src in baselines.items():
+                base_id, base_token = register_agent(env, name)
+                with python_path(src):
+                    agentk = systems[name].agentk_at(base_token, base_kas[name].agent_address, f"{name}-agentk")
+                tether_agentks.append(agentk)
+                paths[name] = (base_kas[name].k8s_proxy_url, f"pat:{base_id}:{user_token}")
             deadline = time.monotonic() + 120
             while not (
                 all(answers_200(f"http://127.0.0.1:{a.observability_port}/readiness") for a in tether_agentks)
@@ -348,7 +380,8 @@ async def run(
                     await asyncio.sleep(2)
 
                 configs = {"direct": info.kubeconfig}
-                for name, (url, token) in paths.items():
+                for name in ("tether", "upstream"):
+                    url, token = paths[name]
                     configs[name] = directory / f"{name}.kubeconfig"
                     write_kubeconfig(configs[name], url, token, tls.ca_cert, name="kas")
                 for config in configs.values():  # warm every path
@@ -358,7 +391,8 @@ async def run(
                 for _ in range(runs):
                     for name, config in configs.items():
                         kubectl_s[name].append(await asyncio.to_thread(timed_get_pods, config))
-                    for name, (url, token, ca) in endpoints.items():
+                    for name in configs:
+                        url, token, ca = endpoints[name]
                         raw_ms[name] += await timed_requests(url + "api/v1/pods", token, ca, 1, 0)
             async with AsyncExitStack() as stack:
                 getters = {
@@ -378,6 +412,7 @@ async def run(
                     for spy in spies:
                         spy.send_signal(2)
                         spy.wait(60)
+                    await trace_hops(pids, profile_dir, getters["tether"])
             watch_added = await watch_added_ms(endpoints, watch_events)
         except BaseException:
             for log in sorted(directory.glob("**/*.log")):
@@ -445,11 +480,14 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--gets", type=int, default=300)
     parser.add_argument("--watch-events", type=int, default=100)
-    parser.add_argument("--baseline-src", type=Path, help="source tree of a second Tether path (before a change)")
+    parser.add_argument(
+        "--baseline", action="append", default=[], metavar="NAME=DIR", help="another Tether source tree as path NAME"
+    )
     parser.add_argument("--profile", type=Path, help="directory for py-spy stacks of Tether kas and agentk")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args()
-    results = asyncio.run(run(args.pods, args.runs, args.gets, args.watch_events, args.baseline_src, args.profile))
+    baselines = {name: Path(src) for name, _, src in (b.partition("=") for b in args.baseline)}
+    results = asyncio.run(run(args.pods, args.runs, args.gets, args.watch_events, baselines, args.profile))
     args.output.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))
 
