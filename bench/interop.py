@@ -422,6 +422,8 @@ async def run(
                     )
             raise
         finally:
+            for other in systems.values():
+                other.stop_all()
             env.stop()
             launcher.stop_all()
             redis.stop()
