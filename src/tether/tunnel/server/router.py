@@ -213,7 +213,8 @@ class Router:
                 try_next()
                 # The tracker is first read once this kas answered NoTunnel itself, or stayed silent for
                 # try_new_kas_interval: a request whose agent has a tunnel here (the usual case) then costs no
-                # Redis round trip (issue 28: an HSCAN per proxied request; routing's share of kas' samples 4.0 -> 1.4 %).
+                # Redis round trip (issue 28: an HSCAN per proxied request; routing's share of kas' samples went
+                # from 4.0 to 1.4 %).
                 lookup_at: float | None = loop.time() + self._options.try_new_kas_interval_s
                 try_at = loop.time() + self._options.try_new_kas_interval_s
                 recheck_at = loop.time() + self._options.recheck_interval_s
