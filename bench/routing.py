@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import math
+import os
 import statistics
 import struct
 import subprocess
@@ -20,13 +23,18 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import grpc
+import redis.asyncio as aioredis
+from google.protobuf import any_pb2
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.fixtures.hub import RunningHub
 from tests.fixtures.system import KasProc, System, write_private_secret
 from tether.devenv.redis_server import RedisServer
+from tether.pb.gitlab.agent.event.event_pb2 import TunnelsAvailable
+from tether.tool.events import events_channel
 from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_GITLAB, mint
 
 RESULTS = Path(__file__).parent / "results" / "routing.json"
@@ -44,6 +52,12 @@ def rss_kib(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     raise RuntimeError("no VmRSS")
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) ``pid`` has used so far (``/proc/<pid>/stat``, clock ticks of 10 ms)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Caller:
@@ -114,14 +128,53 @@ class BenchAgents:
             self.proc.kill()
 
 
-async def wakeup_ms(system: System, kas1: KasProc, kas2: KasProc, agents: BenchAgents, rounds: int) -> list[float]:
+class EventStamps:
+    """When each ``TunnelsAvailable`` event reached a subscriber of its own (wall clock, per agent id)."""
+
+    def __init__(self, system: System) -> None:
+        assert system.redis is not None
+        self.client = aioredis.Redis.from_url(system.redis.url)
+        self.channel = events_channel(system.key_prefix)
+        self.seen: dict[int, float] = {}
+        self.task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        pubsub = self.client.pubsub()
+        await pubsub.subscribe(self.channel)
+        self.task = asyncio.create_task(self._read(pubsub))
+
+    async def _read(self, pubsub: Any) -> None:
+        async for message in pubsub.listen():
+            if message["type"] == "message":
+                stamp = time.time()
+                wrapped = any_pb2.Any.FromString(message["data"])
+                event = TunnelsAvailable()
+                if wrapped.Unpack(event):
+                    self.seen.setdefault(event.agent_id, stamp)
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+        await self.client.aclose()
+
+
+async def wakeup_ms(
+    system: System, kas1: KasProc, kas2: KasProc, agents: BenchAgents, rounds: int
+) -> tuple[list[float], list[float]]:
     """Delay from an agent's first tunnel (on kas 2) to the completion of a request waiting on kas 1.
 
     The clock starts when the new agent has written its first tunnel's descriptor, which happens before its
     HTTP/2 connection is up, so the figure covers the connection, kas 2 authenticating the agent (a hub call),
-    the tunnel tracker write, the pub/sub event, kas 1's attempt through kas 2 and the call itself.
+    the tunnel tracker write, the pub/sub event, kas 1's attempt through kas 2 and the call itself. The second
+    list is the part before the ``TunnelsAvailable`` event reached the bench's own subscriber (same rounds).
     """
     samples = []
+    before_event = []
+    waiting_cpu = 0.0
+    stamps = EventStamps(system)
+    await stamps.start()
     for index in range(rounds):
         agent_id = 10_000 + index
         token = f"wake-{index}-{time.monotonic_ns()}"
@@ -130,13 +183,19 @@ async def wakeup_ms(system: System, kas1: KasProc, kas2: KasProc, agents: BenchA
         pending = asyncio.ensure_future(caller.echo(b"w", metadata=caller.metadata, timeout=30))
         while kas1.gauge("tunnel_find_requests_waiting") < 1:
             await asyncio.sleep(0.02)
+        assert kas1.process is not None
+        waiting_cpu -= cpu_s(kas1.process.pid)
         await asyncio.sleep(0.2)
+        waiting_cpu += cpu_s(kas1.process.pid)
         agents.connect(token, kas2)
         tunnel_up = await agents.connected_at(token)
         await pending
         samples.append((time.time() - tunnel_up) * 1000)
+        before_event.append((stamps.seen.get(agent_id, math.nan) - tunnel_up) * 1000)
         await caller.close()
-    return samples
+    await stamps.stop()
+    print(f"kas 1 CPU while a request waited for its agent: {100 * waiting_cpu / (0.2 * rounds):.0f} % of a core")
+    return samples, before_event
 
 
 async def memory_per_agent(system: System, count: int) -> tuple[float, float, float]:
@@ -191,8 +250,10 @@ async def run(calls: int, agent_count: int, throughput_runs: int, wake_rounds: i
             mb_s = [await cross.throughput_mb_s(256 * 1024 * 1024, 64 * 1024) for _ in range(throughput_runs)]
             await same.close()
             await cross.close()
-            wake = await wakeup_ms(system, kas1, kas2, agents, wake_rounds)
-            rss_before, rss_after, per_agent_kib = await memory_per_agent(system, agent_count)
+            wake, wake_before_event = await wakeup_ms(system, kas1, kas2, agents, wake_rounds)
+            rss_before, rss_after, per_agent_kib = (
+                await memory_per_agent(system, agent_count) if agent_count else (math.nan, math.nan, math.nan)
+            )
         finally:
             agents.stop()
             system.stop_all()
@@ -203,7 +264,7 @@ async def run(calls: int, agent_count: int, throughput_runs: int, wake_rounds: i
         "same_kas_unary_p99_ms": (percentile(same_ms, 99), "ms"),
         "cross_kas_unary_p50_ms": (statistics.median(cross_ms), "ms"),
         "cross_kas_unary_p99_ms": (percentile(cross_ms, 99), "ms"),
-        "relay_throughput_mb_s": (statistics.median(mb_s), "MB/s"),
+        "relay_throughput_mb_s": (statistics.median(mb_s) if mb_s else math.nan, "MB/s"),
         "wakeup_p50_ms": (statistics.median(wake), "ms"),
         "wakeup_p99_ms": (percentile(wake, 99), "ms"),
         "kas_rss_idle_mib": (rss_before, "MiB"),
@@ -212,6 +273,12 @@ async def run(calls: int, agent_count: int, throughput_runs: int, wake_rounds: i
     }
     for name, (value, unit) in figures.items():
         print(f"{name:32s} {value:10.2f} {unit}")
+    after_event = [w - b for w, b in zip(wake, wake_before_event, strict=True)]
+    for name, part in (("before the event", wake_before_event), ("after the event", after_event)):
+        print(f"wake-up {name}: p50 {statistics.median(part):.2f} ms, p99 {percentile(part, 99):.2f} ms")
+    slow = sorted(zip(wake, wake_before_event, strict=True), reverse=True)[:5]
+    print(f"slowest wake-ups (total, before event) ms: {[(round(w, 1), round(b, 1)) for w, b in slow]}")
+    print(f"load average {os.getloadavg()}")
     print(f"throughput runs (MB/s): {[round(x, 1) for x in mb_s]}")
     return [{"metric": k, "value": round(v, 2), "unit": u} for k, (v, u) in figures.items()]
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import click
+import uvloop
 
 from tether.agentk.app import AgentkApp, configure_logging
 from tether.agentk.config import (
@@ -109,7 +109,9 @@ def agentk_command(
         raise click.UsageError(str(exc)) from exc
     configure_logging(config.log_level)
     try:
-        asyncio.run(AgentkApp(config).run())
+        # uvloop, as kas (agentk ran the default loop): a small proxied request took 2.4 ms less (median of five
+        # same-run comparisons under load; issue 28, docs/benchmarks.md "Hot path").
+        uvloop.run(AgentkApp(config).run())
     except KubeConfigError as exc:
         raise click.ClickException(f"Kubernetes credentials: {exc}") from exc
     except OSError as exc:
