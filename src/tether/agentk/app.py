@@ -34,7 +34,6 @@ from tether.pb.gitlab.agent.agentcfg import agentcfg_pb2
 from tether.tool.http_server import SafeAppRunner
 from tether.tool.logs import CONNECTION_ID_METADATA, set_process_fields, setup_logging
 from tether.tool.memory import freeze_startup_heap
-from tether.tool.supervisor import supervise
 from tether.tunnel.agent.connection import ConnectedTunnels, TunnelConnection
 from tether.tunnel.agent.pool import ConnectionPool, PooledConnection, TunnelListener
 
@@ -72,6 +71,7 @@ class AgentkApp:
         self._pool: ConnectionPool | None = None
         self.registry = CollectorRegistry()
         self._register_metrics()
+        self.supervisor = ModuleSupervisor("agentk", self.registry)
 
     def readiness(self) -> str | None:
         """None when ready (a configuration arrived and a tunnel is connected), else the reason why not."""
@@ -101,7 +101,7 @@ class AgentkApp:
             ("grpc.max_send_message_length", config.max_send_message_bytes),
         ]
         internal = InternalServer(options=message_limits)
-        supervisor = ModuleSupervisor("agentk")
+        supervisor = self.supervisor
         kas_channel = self._kas_channel()
         # This process' connection id: the pod id it registers with, on its log lines and sent to kas with
         # every call so kas' lines about this connection carry it too (issue 9 item 6).
@@ -147,9 +147,9 @@ class AgentkApp:
                 kas_channel, agent_meta, self._on_configuration, metadata=metadata, on_stream_end=self._on_stream_end
             )
             watcher = self._watcher
-            # The watcher retries on its own; a crash of the loop itself is logged and restarted (issue 9).
-            watcher_task = asyncio.create_task(supervise("configuration-watcher", watcher.run), name="config-watcher")
-            stack.push_async_callback(_cancel_and_wait, watcher_task)
+            # The watcher retries on its own; a crash of the loop itself is logged, counted and restarted.
+            watcher_task = supervisor.spawn("configuration-watcher", watcher.run)
+            stack.push_async_callback(_cancel_and_wait, watcher_task)  # first to stop: no configuration after
             set_process_fields(kas_url=config.kas.target)
             freeze_startup_heap()
             _log.info("agentk_started", version=__version__, kas=config.kas.target, pod=agent_meta.pod_name)

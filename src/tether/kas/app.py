@@ -60,7 +60,6 @@ from tether.tool.memory import freeze_startup_heap, space_full_collections
 from tether.tool.memory_backend import MemoryBackend
 from tether.tool.rate_limit import RateLimiter
 from tether.tool.secrets import SecretError, load_base64_secret
-from tether.tool.supervisor import supervise
 from tether.tunnel.server.agent_conn import RoutedAgentConn
 from tether.tunnel.server.gateway import Gateway
 from tether.tunnel.server.grpc_handlers import PrivateApiHandler, RoutedApiHandler
@@ -215,7 +214,6 @@ class KasApp:
         self.config = config
         self.stopping = asyncio.Event()
         self._listening = False
-        self.supervisor = ModuleSupervisor("kas")
         try:
             gitlab_secret = load_base64_secret(config.gitlab.authentication_secret_file, exact_length=32)
             api_secret = load_base64_secret(config.api.listen.authentication_secret_file)
@@ -289,6 +287,7 @@ class KasApp:
         )
         self._connected_agents = 0.0
         self.metrics = CollectorRegistry()
+        self.supervisor = ModuleSupervisor("kas", self.metrics)
         self.metrics.register(
             GaugeCollector(
                 {
@@ -421,8 +420,7 @@ class KasApp:
             ),
         }
         for name, run in loops.items():
-            # A crashed loop is logged and restarted (issue 9), not only reported.
-            self.supervisor.spawn(name, supervise(name, run))
+            self.supervisor.spawn(name, run)  # a crash is logged, counted and restarted (issue 24 item 3)
         with contextlib.suppress(Exception):
             await self.instances.register(self.instance_info)
         self._listening = True

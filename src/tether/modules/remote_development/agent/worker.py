@@ -193,7 +193,7 @@ class RemoteDevelopmentAgent:
 
     async def start(self) -> None:
         """Start the module's loop (it waits for a configuration with the module's section)."""
-        self._task = self._api.spawn("remote_development", self.run())
+        self._task = self._api.spawn("remote_development", self.run)
 
     async def stop(self) -> None:
         """Stop the loop; a leader releases its Lease so another replica takes over at once."""
