@@ -28,6 +28,7 @@ from tether.kube.kubeconfig import load_credentials
 from tether.modagent.agent_meta import build_agent_meta
 from tether.modagent.api import AgentApi, AgentModuleFactory
 from tether.modagent.internal_server import InternalServer
+from tether.modagent.leader import build_modules
 from tether.modshared.supervisor import ModuleSupervisor
 from tether.modules.agent_configuration.agent import ConfigurationWatcher
 from tether.pb.gitlab.agent.agentcfg import agentcfg_pb2
@@ -117,7 +118,7 @@ class AgentkApp:
             kas_metadata=metadata,
             connection_id=connection_id,
         )
-        modules = [m for m in (factory.new(self._api) for factory in self._factories) if m is not None]
+        modules = build_modules(self._factories, self._api)  # leader_only ones behind the leader wrapper
         async with contextlib.AsyncExitStack() as stack:
             stack.push_async_callback(kas_channel.close)
             stack.push_async_callback(kube.close)
