@@ -51,7 +51,7 @@ from tether.pb.gitlab.agent.event.event_pb2 import TunnelsAvailable
 from tether.pb.gitlab.agent.kas.instance_pb2 import KasInstanceInfo
 from tether.tool.backoff import Backoff
 from tether.tool.events import EventBus
-from tether.tool.expiring_hash import HashBackend
+from tether.tool.expiring_hash import EntryTtl, HashBackend
 from tether.tool.grpc_size import receive_limit_options
 from tether.tool.grpc_stream import BOUNDED_WINDOW_OPTIONS, PENDING_RPC_OPTIONS
 from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_GITLAB, ISSUER_KAS, JwtServerInterceptor, JwtVerifier
@@ -231,27 +231,10 @@ class KasApp:
         pool = (config.redis.pool_size, config.redis.pool_timeout) if config.redis else (100, 5.0)
         self.rate_limiter = RateLimiter(target, f"{prefix}:rate_limit", pool_size=pool[0], pool_timeout_s=pool[1])
         self.events = EventBus(self.backend, prefix)
-        self.tunnel_tracker = TunnelTracker(
-            self.backend,
-            self.events,
-            self.own_url,
-            prefix,
-            agent.redis_conn_info_ttl,
-            agent.redis_conn_info_refresh,
-            agent.redis_conn_info_gc,
-        )
-        self.agent_tracker = AgentTracker(
-            self.backend,
-            self.events,
-            prefix,
-            agent.redis_conn_info_ttl,
-            agent.redis_conn_info_refresh,
-            agent.redis_conn_info_gc,
-            kas_url=self.own_url,
-        )
-        self.instances = KasInstanceRegistry(
-            self.backend, prefix, agent.redis_conn_info_ttl, agent.redis_conn_info_refresh, agent.redis_conn_info_gc
-        )
+        ttl = EntryTtl(agent.redis_conn_info_ttl, agent.redis_conn_info_refresh, agent.redis_conn_info_gc)
+        self.tunnel_tracker = TunnelTracker(self.backend, self.events, self.own_url, prefix, ttl)
+        self.agent_tracker = AgentTracker(self.backend, self.events, prefix, ttl, kas_url=self.own_url)
+        self.instances = KasInstanceRegistry(self.backend, prefix, ttl)
         started_at = Timestamp()
         started_at.GetCurrentTime()
         self.instance_info = KasInstanceInfo(
