@@ -25,6 +25,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from prometheus_client import CollectorRegistry
 
 from tether import __version__
+from tether.kas.config import KasConfig, module_sections
 from tether.kas.errors import KasStartError
 from tether.kas.listeners import GrpcListeners, load_secrets, own_private_api_url
 from tether.kas.loops import AgentCount, kas_loops
@@ -35,7 +36,6 @@ from tether.kas.shutdown import drain
 from tether.kas.state import redis_target
 from tether.kas.token_revocation import TokenRevocationService
 from tether.modserver.api import ServerApi, ServerModuleFactory
-from tether.modserver.config import KasConfig
 from tether.modshared.module import Module, ModuleStartError
 from tether.modshared.supervisor import ModuleSupervisor
 from tether.pb.gitlab.agent.kas.instance_pb2 import KasInstanceInfo
@@ -79,6 +79,7 @@ def _server_api(
         stopping=stopping,
         spawn=supervisor.spawn,
         rate_limiter=state.rate_limiter,
+        sections=module_sections(config),
     )
 
 

@@ -15,7 +15,7 @@ import grpc
 
 from tether.kas.errors import KasStartError
 from tether.modserver.agent_auth import AgentAuthenticator, AgentAuthInterceptor
-from tether.modserver.config import KasConfig, ListenCF
+from tether.modserver.config import KasConfigBase, ListenCF
 from tether.tool.grpc_size import receive_limit_options
 from tether.tool.grpc_stream import BOUNDED_WINDOW_OPTIONS, PENDING_RPC_OPTIONS
 from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_GITLAB, ISSUER_KAS, JwtServerInterceptor, JwtVerifier
@@ -34,7 +34,7 @@ class Secrets:
     private: bytes
 
 
-def load_secrets(config: KasConfig) -> Secrets:
+def load_secrets(config: KasConfigBase) -> Secrets:
     """Read the secret files of ``gitlab``, ``api.listen`` and ``private_api.listen``.
 
     Raises:
@@ -54,7 +54,7 @@ def load_secrets(config: KasConfig) -> Secrets:
     return secrets
 
 
-def own_private_api_url(config: KasConfig) -> str:
+def own_private_api_url(config: KasConfigBase) -> str:
     """This kas' private API URL: ``OWN_PRIVATE_API_URL``, else derived from the listen address (kas.md §2.7).
 
     Raises:
@@ -125,7 +125,7 @@ class GrpcListeners:
     """
 
     def __init__(
-        self, config: KasConfig, secrets: Secrets, auth: AgentAuthenticator, rate_limiter: RateLimiter
+        self, config: KasConfigBase, secrets: Secrets, auth: AgentAuthenticator, rate_limiter: RateLimiter
     ) -> None:
         self._config = config
         agent = config.agent

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tether.kas.config import KasConfig
 from tether.kas.instance_registry import KasInstanceRegistry
 from tether.kas.listeners import Secrets
 from tether.kas.state import redis_target, state_backend
 from tether.modserver.agent_auth import AgentAuthenticator
 from tether.modserver.agent_tracker import AgentTracker
-from tether.modserver.config import KasConfig
 from tether.modserver.gitlab_client import GitlabClient
 from tether.pb.gitlab.agent.event.event_pb2 import TunnelsAvailable
 from tether.tool.events import EventBus

@@ -13,9 +13,9 @@ import contextlib
 import logging
 import time
 
+from tether.kas.config import KasConfig
 from tether.kas.listeners import GrpcListeners
 from tether.kas.services import KasServices, State
-from tether.modserver.config import KasConfig
 
 __all__ = ["drain"]
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tether.kas.errors import KasStartError
-from tether.modserver.config import KasConfig, sentinel_host_port
+from tether.modserver.config import KasConfigBase, sentinel_host_port
 from tether.tool.expiring_hash import HashBackend
 from tether.tool.memory_backend import MemoryBackend
 
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 __all__ = ["redis_target", "state_backend"]
 
 
-def state_backend(config: KasConfig, target: RedisTarget | None) -> HashBackend:
+def state_backend(config: KasConfigBase, target: RedisTarget | None) -> HashBackend:
     """The backend of every tracker: Redis at ``target`` with the section's pool settings, else memory."""
     if target is None or config.redis is None:
         return MemoryBackend()
@@ -39,7 +39,7 @@ def _read_password(path: Path, what: str) -> str:
         raise KasStartError(f"{what} {path} cannot be read: {exc.strerror}") from exc
 
 
-def redis_target(config: KasConfig) -> RedisTarget | None:
+def redis_target(config: KasConfigBase) -> RedisTarget | None:
     """Where this kas' Redis is, from the ``redis`` section (kas.md §3.1); None without one (memory state).
 
     Raises:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 
 from tether.modserver.api import ServerApi
-from tether.modserver.config import KubernetesApiCF
 from tether.modshared.module import Module, ModuleStartError
 from tether.modules.kubernetes_api.server.auth import ProxyUserAuthorizer
+from tether.modules.kubernetes_api.server.config import KubernetesApiCF
 from tether.modules.kubernetes_api.server.proxy import KubernetesApiProxy
 
 
@@ -57,5 +57,5 @@ class KubernetesApiServerFactory:
 
     def new(self, api: ServerApi) -> Module | None:
         """The proxy module, or None without an ``agent.kubernetes_api`` section."""
-        config = api.config.agent.kubernetes_api
+        config = api.section(KubernetesApiCF)
         return None if config is None else KubernetesApiServerModule(config, api)

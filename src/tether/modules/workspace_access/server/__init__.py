@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 
 from tether.modserver.api import ServerApi
-from tether.modserver.config import WorkspacesCF
 from tether.modshared.module import Module, ModuleStartError
 from tether.modules.workspace_access import HUB_SIGN_IN_PATH, MODULE_NAME
 from tether.modules.workspace_access.server.authorizer import WorkspaceAuthorizer
+from tether.modules.workspace_access.server.config import WorkspacesCF
 from tether.modules.workspace_access.server.invalidation import WorkspaceAccessApiServicer, subscribe_invalidations
 from tether.modules.workspace_access.server.pages import WorkspaceStatePage
 from tether.modules.workspace_access.server.proxy import WorkspaceProxy
@@ -79,5 +79,5 @@ class WorkspaceAccessServerFactory:
         ``InvalidateWorkspaces`` is served either way: the hub may call any kas, and the event reaches them all.
         """
         rpc_pb2_grpc.add_WorkspaceAccessApiServicer_to_server(WorkspaceAccessApiServicer(api.events), api.api_server)
-        config = api.config.workspaces
+        config = api.section(WorkspacesCF)
         return None if config is None else WorkspaceAccessServerModule(config, api)
