@@ -27,7 +27,7 @@ from tether.devenv.helm import helm_path
 from tether.devenv.pki import generate, issue
 from tether.hub.config import ENV_OVERRIDES
 from tether.hub.config import load_config as load_hub_config
-from tether.modserver.config import load_config
+from tether.kas.config import load_config
 
 CHARTS = Path(__file__).resolve().parents[2] / "deploy" / "helm"
 AGENT = CHARTS / "tether-agent"

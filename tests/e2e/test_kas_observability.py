@@ -38,6 +38,8 @@ def test_metrics_are_prometheus_text(system: System) -> None:
     for name in ("tunnels_idle", "tunnel_find_requests_waiting", "connected_agents_count"):
         assert f"# TYPE {name} gauge" in body
     assert "# TYPE k8s_api_proxy_routing_duration_seconds histogram" in body
+    # The supervisor's restart counter (issue 24 item 3): every background loop registered, none restarted.
+    assert "# TYPE tether_kas_background_loop_restarts_total counter" in body
 
 
 def test_config_errors_are_reported_without_traceback(tmp_path: Path) -> None:

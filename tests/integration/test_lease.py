@@ -4,7 +4,8 @@ One leader among candidates; a clean stop releases the Lease and a follower take
 crashes releases nothing, so its follower waits until the Lease has gone unrenewed for ``leaseDurationSeconds``;
 a leader that cannot renew (API server unreachable or not answering for it, or its Lease taken) stops leading
 within ``renew_deadline``, before anyone else may lead. Each candidate has its own client; the ones whose API
-server goes away reach it through a :class:`~tests.support.tcp_proxy.TcpRelay` the test cuts.
+server goes away reach it through a :class:`~tests.support.tcp_proxy.TcpRelay` the test cuts. The same holds
+for agentk's leader-only modules behind :class:`tether.modagent.leader.LeaderOnlyModules`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ from tether.devenv.cluster import ClusterInfo
 from tether.kube.client import KubeApiError, KubeClient
 from tether.kube.kubeconfig import load_credentials
 from tether.kube.lease import LeaderElector, workload_owner
+from tether.modagent.api import AgentApi
+from tether.modagent.internal_server import InternalServer
+from tether.modagent.leader import build_modules
+from tether.modshared.supervisor import ModuleSupervisor
+from tether.pb.gitlab.agent.agentcfg import agentcfg_pb2
 
 pytestmark = pytest.mark.k8s
 
@@ -277,3 +283,105 @@ async def test_the_lease_belongs_to_the_workload_and_goes_with_it(
         return False
 
     await poll(lease_gone, "the garbage collector to delete the Lease with its owner", limit=60, interval=0.5)
+
+
+@dataclass
+class Replica:
+    """One agentk replica's module set, built as agentk builds it (:func:`build_modules`)."""
+
+    identity: str
+    supervisor: ModuleSupervisor
+    api: AgentApi
+    modules: list[Any]
+
+
+class _RecordingModule:
+    """A module that records in ``leadership`` while it runs (started to stopped)."""
+
+    def __init__(self, name: str, identity: str, leadership: Leadership) -> None:
+        self.name = name
+        self._identity = identity
+        self._leadership = leadership
+        self.started = 0
+
+    async def start(self) -> None:
+        self.started += 1
+        self._leadership.leading.append(self._identity)
+        self._leadership.events.append((time.time(), self._identity, "start"))
+
+    async def stop(self) -> None:
+        self._leadership.events.append((time.time(), self._identity, "stop"))
+        self._leadership.leading.remove(self._identity)
+
+    def is_runnable_configuration(self, configuration: agentcfg_pb2.AgentConfiguration) -> bool:
+        return configuration.HasField("remote_development")
+
+
+@dataclass
+class _Factory:
+    name: str
+    leader_only: bool
+    leadership: Leadership
+    identity: str
+    built: list[_RecordingModule] = field(default_factory=list)
+
+    def new(self, api: AgentApi) -> _RecordingModule:
+        module = _RecordingModule(self.name, self.identity, self.leadership)
+        self.built.append(module)
+        return module
+
+
+async def _replica(candidates: Candidates, identity: str, everywhere: Leadership) -> Replica:
+    supervisor = ModuleSupervisor("agentk")
+    kube = await candidates.client()
+    credentials = load_credentials(str(candidates.cluster.kubeconfig))
+    api = AgentApi(kube, credentials, InternalServer(), supervisor.spawn, pod_namespace=candidates.namespace)
+    api.pod_name = identity
+    factories = [
+        _Factory("everywhere", False, everywhere, identity),
+        _Factory("leader", True, candidates.leadership, identity),
+    ]
+    modules = build_modules(factories, api)
+    await supervisor.start(modules)
+    return Replica(identity, supervisor, api, modules)
+
+
+def _configure(replica: Replica, *, runnable: bool) -> None:
+    configuration = agentcfg_pb2.AgentConfiguration(agent_id=1)
+    if runnable:
+        configuration.remote_development.enabled = True
+    for callback in replica.api.configuration_callbacks:
+        callback(configuration)
+
+
+async def _stop(replica: Replica) -> None:
+    await replica.supervisor.stop_modules()
+    await replica.supervisor.cancel_loops()
+
+
+async def test_a_leader_only_module_runs_only_on_the_leader(candidates: Candidates) -> None:
+    """agentk's leader wrapper (issue 24 item 3): ``leader_only`` modules run on one replica, the others on all."""
+    everywhere = Leadership()
+    a = await _replica(candidates, "pod-a", everywhere)
+    b = await _replica(candidates, "pod-b", everywhere)
+    try:
+        assert sorted(everywhere.leading) == ["pod-a", "pod-b"], "modules that are not leader_only run at once"
+        # A configuration the leader-only module cannot run: nobody competes, no Lease is created.
+        _configure(a, runnable=False)
+        _configure(b, runnable=False)
+        await asyncio.sleep(RETRY * 2)
+        with pytest.raises(KubeApiError) as missing:
+            await candidates.lease()
+        assert missing.value.status == 404 and candidates.leadership.leading == []
+        _configure(a, runnable=True)
+        await candidates.wait_leader("pod-a", "pod-a's leader-only module runs")
+        _configure(b, runnable=True)
+        await asyncio.sleep(RETRY * 3)
+        assert candidates.leadership.leading == ["pod-a"], "the follower's leader-only module must not run"
+        assert (await candidates.lease())["spec"]["holderIdentity"] == "pod-a"
+        await _stop(a)  # a clean stop releases the Lease: pod-b takes over at once
+        await candidates.wait_leader("pod-b", "pod-b's leader-only module runs after pod-a stopped")
+        assert candidates.leadership.most_at_once() == 1, candidates.leadership.events
+    finally:
+        await _stop(a)
+        await _stop(b)

@@ -30,7 +30,7 @@ from tether.pb.gitlab.agent.agent_tracker.agent_tracker_pb2 import ConnectedAgen
 from tether.pb.gitlab.agent.kas.instance_pb2 import KasInstanceInfo
 from tether.tool.backoff import Backoff
 from tether.tool.events import EventBus
-from tether.tool.expiring_hash import REFRESH_BATCH_KEYS, WRITE_BATCH_ITEMS, ExpiringHash
+from tether.tool.expiring_hash import REFRESH_BATCH_KEYS, WRITE_BATCH_ITEMS, EntryTtl, ExpiringHash
 from tether.tool.memory import freeze_startup_heap, space_full_collections
 from tether.tool.redis_backend import RedisBackend
 from tether.tool.supervisor import supervise
@@ -154,7 +154,7 @@ async def test_publications_in_a_storm_share_round_trips_and_keep_their_order(ba
 
 
 async def test_unregistration_is_one_transaction(backend: RedisBackend, raw: aioredis.Redis) -> None:
-    tracker = AgentTracker(backend, EventBus(backend, PREFIX), PREFIX, 60, 50, 600)
+    tracker = AgentTracker(backend, EventBus(backend, PREFIX), PREFIX, EntryTtl(60, 50, 600))
     info = connection(41, 4101)
     await tracker.register_connection(info)
     seen: list[str] = []
@@ -199,10 +199,10 @@ async def test_refresh_runs_in_bounded_batches_and_never_resurrects(backend: Red
 
 async def test_entries_of_a_dead_kas_are_collected(backend: RedisBackend, raw: aioredis.Redis) -> None:
     """A kas killed without clean-up: its fields expire, and the survivor's GC deletes them from shared keys."""
-    dead_tunnels = TunnelTracker(backend, EventBus(backend, PREFIX), "grpc://dead:1", PREFIX, ttl_s=1)
-    live_tunnels = TunnelTracker(backend, EventBus(backend, PREFIX), "grpc://live:1", PREFIX, ttl_s=60)
-    dead_instances = KasInstanceRegistry(backend, PREFIX, ttl_s=1)
-    live_instances = KasInstanceRegistry(backend, PREFIX, ttl_s=60)
+    dead_tunnels = TunnelTracker(backend, EventBus(backend, PREFIX), "grpc://dead:1", PREFIX, ttl=EntryTtl(1))
+    live_tunnels = TunnelTracker(backend, EventBus(backend, PREFIX), "grpc://live:1", PREFIX, ttl=EntryTtl(60))
+    dead_instances = KasInstanceRegistry(backend, PREFIX, ttl=EntryTtl(1))
+    live_instances = KasInstanceRegistry(backend, PREFIX, ttl=EntryTtl(60))
     await dead_tunnels.register(5)
     await live_tunnels.register(5)
     await dead_instances.register(KasInstanceInfo(private_api_url="grpc://dead:1"))
@@ -288,7 +288,7 @@ async def test_20000_connections_refresh_while_routed_reads_stay_fast(backend: R
 
 async def _refresh_20000_connections(backend: RedisBackend) -> None:
     events = EventBus(backend, PREFIX)
-    agents = AgentTracker(backend, events, PREFIX, 300, 240, 600)
+    agents = AgentTracker(backend, events, PREFIX, EntryTtl(300, 240, 600))
     tunnels = TunnelTracker(backend, events, "grpc://kas:1", PREFIX)
     count = 20_000
     semaphore = asyncio.Semaphore(1_000)

@@ -28,7 +28,7 @@ from tether.pb.gitlab.agent.event.event_pb2 import AgentConnected, AgentDisconne
 from tether.pb.gitlab.agent.kas.instance_pb2 import KasInstanceInfo
 from tether.pb.gitlab.agent.redistool.redistool_pb2 import ExpiringValue
 from tether.tool.events import EventBus
-from tether.tool.expiring_hash import ExpiringHash, GcHook, HashBackend, run_every
+from tether.tool.expiring_hash import EntryTtl, ExpiringHash, GcHook, HashBackend, run_every
 from tether.tool.memory_backend import MemoryBackend
 from tether.tool.redis_backend import RedisBackend
 from tether.tunnel.server.tracker import TunnelTracker
@@ -492,7 +492,7 @@ async def test_agent_tracker_publishes_connect_and_disconnect(store: Store) -> N
     async with contextlib.AsyncExitStack() as stack:
         bus = await started_bus(store.backend, stack)
         remote_bus = await started_bus(store.peer(), stack)
-        tracker = AgentTracker(store.backend, bus, PREFIX, ttl_s=TTL)
+        tracker = AgentTracker(store.backend, bus, PREFIX, ttl=EntryTtl(TTL))
         info = agent_info(agent_id=3, connection_id=11, project_id=30)
 
         with remote_bus.listen(AgentConnected) as connected, remote_bus.listen(AgentDisconnected) as disconnected:
@@ -505,8 +505,10 @@ async def test_agent_tracker_publishes_connect_and_disconnect(store: Store) -> N
 async def test_wait_for_tunnels_of_one_agent(store: Store) -> None:
     async with contextlib.AsyncExitStack() as stack:
         bus = await started_bus(store.backend, stack)
-        kas2 = TunnelTracker(store.peer(), await started_bus(store.peer(), stack), "grpc://kas-2:8155", ttl_s=TTL)
-        local = TunnelTracker(store.backend, bus, "grpc://kas-1:8155", ttl_s=TTL)
+        kas2 = TunnelTracker(
+            store.peer(), await started_bus(store.peer(), stack), "grpc://kas-2:8155", ttl=EntryTtl(TTL)
+        )
+        local = TunnelTracker(store.backend, bus, "grpc://kas-1:8155", ttl=EntryTtl(TTL))
 
         # The routing pattern: listen first, then query, then wait, so nothing is missed in between.
         with bus.listen(TunnelsAvailable, lambda event: event.agent_id == 9) as tunnels:
@@ -555,7 +557,7 @@ async def test_subscription_survives_a_redis_restart(restartable_redis: RedisSer
     try:
         async with contextlib.AsyncExitStack() as stack:
             bus = await started_bus(backend, stack)
-            tracker = TunnelTracker(backend, bus, "grpc://kas-1:8155", ttl_s=TTL)
+            tracker = TunnelTracker(backend, bus, "grpc://kas-1:8155", ttl=EntryTtl(TTL))
             await tracker.register(4)
 
             restartable_redis.stop()
@@ -578,8 +580,8 @@ async def test_subscription_survives_a_redis_restart(restartable_redis: RedisSer
 
 async def test_agent_tracker_queries_by_agent_and_project(store: Store) -> None:
     async with contextlib.AsyncExitStack() as stack:
-        kas1 = AgentTracker(store.backend, await started_bus(store.backend, stack), PREFIX, ttl_s=TTL)
-        kas2 = AgentTracker(store.peer(), await started_bus(store.peer(), stack), PREFIX, ttl_s=TTL)
+        kas1 = AgentTracker(store.backend, await started_bus(store.backend, stack), PREFIX, ttl=EntryTtl(TTL))
+        kas2 = AgentTracker(store.peer(), await started_bus(store.peer(), stack), PREFIX, ttl=EntryTtl(TTL))
         pod1 = agent_info(agent_id=1, connection_id=101, project_id=10)
         pod2 = agent_info(agent_id=1, connection_id=102, project_id=10)  # second replica of agent 1, on kas2
         other = agent_info(agent_id=2, connection_id=201, project_id=10)
@@ -605,12 +607,16 @@ async def test_agent_tracker_queries_by_agent_and_project(store: Store) -> None:
 async def test_agent_tracker_names_the_kas_replica_of_each_connection(store: Store) -> None:
     async with contextlib.AsyncExitStack() as stack:
         kas1 = AgentTracker(
-            store.backend, await started_bus(store.backend, stack), PREFIX, ttl_s=TTL, kas_url="grpc://kas-1:8155"
+            store.backend,
+            await started_bus(store.backend, stack),
+            PREFIX,
+            ttl=EntryTtl(TTL),
+            kas_url="grpc://kas-1:8155",
         )
         kas2 = AgentTracker(
-            store.peer(), await started_bus(store.peer(), stack), PREFIX, ttl_s=TTL, kas_url="grpc://kas-2:8155"
+            store.peer(), await started_bus(store.peer(), stack), PREFIX, ttl=EntryTtl(TTL), kas_url="grpc://kas-2:8155"
         )
-        upstream = AgentTracker(store.peer(), await started_bus(store.peer(), stack), PREFIX, ttl_s=TTL)
+        upstream = AgentTracker(store.peer(), await started_bus(store.peer(), stack), PREFIX, ttl=EntryTtl(TTL))
         await kas1.register_connection(agent_info(agent_id=1, connection_id=101, project_id=10))
         await kas2.register_pod(agent_info(agent_id=1, connection_id=102, project_id=10))
         await upstream.register_connection(agent_info(agent_id=1, connection_id=103, project_id=10))
@@ -623,7 +629,7 @@ async def test_agent_tracker_names_the_kas_replica_of_each_connection(store: Sto
 
 async def test_agent_tracker_keeps_connected_agent_while_a_connection_remains(store: Store) -> None:
     async with contextlib.AsyncExitStack() as stack:
-        tracker = AgentTracker(store.backend, await started_bus(store.backend, stack), PREFIX, ttl_s=TTL)
+        tracker = AgentTracker(store.backend, await started_bus(store.backend, stack), PREFIX, ttl=EntryTtl(TTL))
         pod1, pod2 = agent_info(5, 1, 50), agent_info(5, 2, 50)
         await tracker.register_connection(pod1)
         await tracker.register_connection(pod2)
@@ -637,7 +643,7 @@ async def test_agent_tracker_keeps_connected_agent_while_a_connection_remains(st
 
 async def test_agent_tracker_key_layout(store: Store) -> None:
     async with contextlib.AsyncExitStack() as stack:
-        tracker = AgentTracker(store.backend, await started_bus(store.backend, stack), "tether-test", ttl_s=TTL)
+        tracker = AgentTracker(store.backend, await started_bus(store.backend, stack), "tether-test", ttl=EntryTtl(TTL))
         info = agent_info(agent_id=42, connection_id=-7, project_id=2**40)
         await tracker.register_connection(info)
 
@@ -660,7 +666,7 @@ async def test_agent_tracker_key_layout(store: Store) -> None:
 async def test_agent_tracker_run_refreshes_and_rebuilds(store: Store) -> None:
     async with contextlib.AsyncExitStack() as stack:
         bus = await started_bus(store.backend, stack)
-        tracker = AgentTracker(store.backend, bus, PREFIX, ttl_s=TTL, refresh_s=0.05, gc_s=0.05)
+        tracker = AgentTracker(store.backend, bus, PREFIX, ttl=EntryTtl(TTL, 0.05, 0.05))
         info = agent_info(6, 60, 600)
         await tracker.register_connection(info)
         await stack.enter_async_context(running(tracker.run()))
@@ -679,8 +685,12 @@ async def test_agent_tracker_run_refreshes_and_rebuilds(store: Store) -> None:
 
 async def test_tunnel_tracker_with_two_kas(store: Store) -> None:
     async with contextlib.AsyncExitStack() as stack:
-        kas1 = TunnelTracker(store.backend, await started_bus(store.backend, stack), "grpc://10.0.0.1:8155", ttl_s=TTL)
-        kas2 = TunnelTracker(store.peer(), await started_bus(store.peer(), stack), "grpc://10.0.0.2:8155", ttl_s=TTL)
+        kas1 = TunnelTracker(
+            store.backend, await started_bus(store.backend, stack), "grpc://10.0.0.1:8155", ttl=EntryTtl(TTL)
+        )
+        kas2 = TunnelTracker(
+            store.peer(), await started_bus(store.peer(), stack), "grpc://10.0.0.2:8155", ttl=EntryTtl(TTL)
+        )
         await kas1.register(1)
         await kas2.register(1)
         await kas2.register(2)
@@ -708,7 +718,7 @@ async def test_tunnel_tracker_expired_entries_are_not_listed(backend: HashBacken
         bus = await started_bus(backend, stack)
 
         async def write(ttl: float) -> None:
-            await TunnelTracker(backend, bus, "grpc://kas-1:8155", ttl_s=ttl).register(1)
+            await TunnelTracker(backend, bus, "grpc://kas-1:8155", ttl=EntryTtl(ttl)).register(1)
 
         async def listed() -> bool:
             return await TunnelTracker(backend, bus, "grpc://kas-2:8155").kas_urls(1) == ["grpc://kas-1:8155"]
@@ -721,7 +731,10 @@ async def test_tunnel_tracker_expired_entries_are_not_listed(backend: HashBacken
 
 
 async def test_kas_instance_registry(store: Store) -> None:
-    kas1, kas2 = KasInstanceRegistry(store.backend, ttl_s=TTL), KasInstanceRegistry(store.peer(), ttl_s=TTL)
+    kas1, kas2 = (
+        KasInstanceRegistry(store.backend, ttl=EntryTtl(TTL)),
+        KasInstanceRegistry(store.peer(), ttl=EntryTtl(TTL)),
+    )
     info1 = KasInstanceInfo(version="v1", commit="abc", private_api_url="grpc://10.0.0.1:8155")
     info1.started_at.FromSeconds(1_700_000_000)
     info2 = KasInstanceInfo(version="v1", commit="abc", private_api_url="grpc://10.0.0.2:8155")

@@ -21,10 +21,10 @@ from google.rpc import status_pb2
 from tests.fixtures.hub import RealHub
 from tether.devenv.process import free_port
 from tether.kube.kubeconfig import KubeCredentials
-from tether.modserver.config import KubernetesApiCF, KubernetesApiListenCF
 from tether.modserver.gitlab_client import GitlabClient
 from tether.modules.kubernetes_api.agent.forward import AgentRequestError, KubernetesApiAgent
 from tether.modules.kubernetes_api.server.auth import ProxyUserAuthorizer
+from tether.modules.kubernetes_api.server.config import KubernetesApiCF, KubernetesApiListenCF
 from tether.modules.kubernetes_api.server.proxy import KubernetesApiProxy
 from tether.pb.gitlab.agent.grpctool import grpctool_pb2
 from tether.pb.gitlab.agent.kubernetes_api.rpc import rpc_pb2

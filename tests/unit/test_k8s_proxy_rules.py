@@ -10,7 +10,7 @@ import pytest
 import yaml
 from multidict import CIMultiDict, MultiDict
 
-from tether.modserver.config import ConfigError, KasConfig, load_config
+from tether.kas.config import ConfigError, KasConfig, load_config
 from tether.modserver.gitlab_client import (
     GitlabClientError,
     ProxyUserAuthorization,

@@ -10,7 +10,8 @@ import pytest
 from pydantic import ValidationError
 
 from tether.kas.app import KasStartError, redis_target
-from tether.modserver.config import KasConfig, sentinel_host_port
+from tether.kas.config import KasConfig
+from tether.modserver.config import sentinel_host_port
 from tether.tool.redis_pool import RedisTarget, SentinelMaster, TlsFiles
 
 BASE: dict[str, Any] = {

@@ -12,7 +12,7 @@ import yaml
 from aiohttp.test_utils import make_mocked_request
 from multidict import CIMultiDict
 
-from tether.modserver.config import ConfigError, KasConfig, load_config
+from tether.kas.config import ConfigError, KasConfig, load_config
 from tether.modserver.gitlab_client import GitlabClientError, WorkspaceAuthorization
 from tether.modules.workspace_access import ACCESS_PAT, ACCESS_SESSION, SESSION_COOKIE, STATE_COOKIE
 from tether.modules.workspace_access.rpc.headers import (

@@ -28,13 +28,14 @@ from tether.kube.kubeconfig import load_credentials
 from tether.modagent.agent_meta import build_agent_meta
 from tether.modagent.api import AgentApi, AgentModuleFactory
 from tether.modagent.internal_server import InternalServer
+from tether.modagent.leader import build_modules
+from tether.modshared.module import Module
 from tether.modshared.supervisor import ModuleSupervisor
 from tether.modules.agent_configuration.agent import ConfigurationWatcher
 from tether.pb.gitlab.agent.agentcfg import agentcfg_pb2
 from tether.tool.http_server import SafeAppRunner
 from tether.tool.logs import CONNECTION_ID_METADATA, set_process_fields, setup_logging
 from tether.tool.memory import freeze_startup_heap
-from tether.tool.supervisor import supervise
 from tether.tunnel.agent.connection import ConnectedTunnels, TunnelConnection
 from tether.tunnel.agent.pool import ConnectionPool, PooledConnection, TunnelListener
 
@@ -72,6 +73,7 @@ class AgentkApp:
         self._pool: ConnectionPool | None = None
         self.registry = CollectorRegistry()
         self._register_metrics()
+        self.supervisor = ModuleSupervisor("agentk", self.registry)
 
     def readiness(self) -> str | None:
         """None when ready (a configuration arrived and a tunnel is connected), else the reason why not."""
@@ -89,10 +91,7 @@ class AgentkApp:
             OSError: the observability address cannot be bound.
         """
         if stop is None:
-            stop = asyncio.Event()
-            loop = asyncio.get_running_loop()
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(signum, stop.set)
+            stop = _stop_on_signals()
         config = self._config
         credentials = load_credentials(config.kubeconfig)
         kube = KubeClient(credentials)
@@ -101,62 +100,75 @@ class AgentkApp:
             ("grpc.max_send_message_length", config.max_send_message_bytes),
         ]
         internal = InternalServer(options=message_limits)
-        supervisor = ModuleSupervisor("agentk")
         kas_channel = self._kas_channel()
         # This process' connection id: the pod id it registers with, on its log lines and sent to kas with
         # every call so kas' lines about this connection carry it too (issue 9 item 6).
         connection_id = random.getrandbits(63) or 1
         set_process_fields(connection_id=connection_id)
         metadata = (*config.call_metadata(), (CONNECTION_ID_METADATA, str(connection_id)))
-        self._api = AgentApi(
+        api = AgentApi(
             kube,
             credentials,
             internal,
-            supervisor.spawn,
+            self.supervisor.spawn,
             kas=kas_channel,
             kas_metadata=metadata,
             connection_id=connection_id,
         )
-        modules = [m for m in (factory.new(self._api) for factory in self._factories) if m is not None]
+        self._api = api
+        modules = build_modules(self._factories, api)  # leader_only ones behind the leader wrapper
         async with contextlib.AsyncExitStack() as stack:
             stack.push_async_callback(kas_channel.close)
             stack.push_async_callback(kube.close)
-            stack.push_async_callback(supervisor.cancel_loops)
-            stack.push_async_callback(supervisor.stop_modules)
-            await internal.start()
-            stack.push_async_callback(internal.stop, 1.0)
-            descriptor = internal.descriptor()
-            _log.info("internal_server_started", services=[s.name for s in descriptor.services])
-            await supervisor.start(modules)
-
-            web_runner = await self._start_observability()
-            stack.push_async_callback(web_runner.cleanup)
-
-            def new_connection(listener: TunnelListener) -> PooledConnection:
-                return TunnelConnection(
-                    kas_channel, internal.channel, descriptor, listener, metadata=metadata, connected=self._connected
-                )
-
-            self._pool = ConnectionPool(new_connection)
-            self._pool.start()
-            stack.push_async_callback(self._pool.stop, config.shutdown_grace_s)
-
-            agent_meta = build_agent_meta(await _kube_version(kube))
-            self._api.pod_namespace, self._api.pod_name = agent_meta.pod_namespace, agent_meta.pod_name
-            self._watcher = ConfigurationWatcher(
-                kas_channel, agent_meta, self._on_configuration, metadata=metadata, on_stream_end=self._on_stream_end
-            )
-            watcher = self._watcher
-            # The watcher retries on its own; a crash of the loop itself is logged and restarted (issue 9).
-            watcher_task = asyncio.create_task(supervise("configuration-watcher", watcher.run), name="config-watcher")
-            stack.push_async_callback(_cancel_and_wait, watcher_task)
-            set_process_fields(kas_url=config.kas.target)
-            freeze_startup_heap()
-            _log.info("agentk_started", version=__version__, kas=config.kas.target, pod=agent_meta.pod_name)
-
+            await self._start(stack, api, modules)
             await stop.wait()
             _log.info("agentk_stopping", grace_s=config.shutdown_grace_s)
         _log.info("agentk_stopped")
+
+    async def _start(self, stack: contextlib.AsyncExitStack, api: AgentApi, modules: list[Module]) -> None:
+        """Start in upstream's order (module docstring); ``stack`` stops everything in reverse."""
+        supervisor, internal = self.supervisor, api.internal_server
+        stack.push_async_callback(supervisor.cancel_loops)
+        stack.push_async_callback(supervisor.stop_modules)
+        await internal.start()
+        stack.push_async_callback(internal.stop, 1.0)
+        _log.info("internal_server_started", services=[s.name for s in internal.descriptor().services])
+        await supervisor.start(modules)
+        web_runner = await self._start_observability()
+        stack.push_async_callback(web_runner.cleanup)
+        self._start_tunnels(stack, api)
+        agent_meta = build_agent_meta(await _kube_version(api.kube))
+        api.pod_namespace, api.pod_name = agent_meta.pod_namespace, agent_meta.pod_name
+        assert api.kas is not None
+        self._watcher = ConfigurationWatcher(
+            api.kas, agent_meta, self._on_configuration, metadata=api.kas_metadata, on_stream_end=self._on_stream_end
+        )
+        # The watcher retries on its own; a crash of the loop itself is logged, counted and restarted.
+        watcher_task = supervisor.spawn("configuration-watcher", self._watcher.run)
+        stack.push_async_callback(_cancel_and_wait, watcher_task)  # first to stop: no configuration after
+        set_process_fields(kas_url=self._config.kas.target)
+        freeze_startup_heap()
+        _log.info("agentk_started", version=__version__, kas=self._config.kas.target, pod=agent_meta.pod_name)
+
+    def _start_tunnels(self, stack: contextlib.AsyncExitStack, api: AgentApi) -> None:
+        """The reverse tunnel pool, after the servers: the descriptor lists every registered API."""
+        internal, kas_channel = api.internal_server, api.kas
+        assert kas_channel is not None
+        descriptor = internal.descriptor()
+
+        def new_connection(listener: TunnelListener) -> PooledConnection:
+            return TunnelConnection(
+                kas_channel,
+                internal.channel,
+                descriptor,
+                listener,
+                metadata=api.kas_metadata,
+                connected=self._connected,
+            )
+
+        self._pool = ConnectionPool(new_connection)
+        self._pool.start()
+        stack.push_async_callback(self._pool.stop, self._config.shutdown_grace_s)
 
     def _on_configuration(self, configuration: agentcfg_pb2.AgentConfiguration) -> None:
         # kas.md §6.3 "Apply": every module that subscribed sees each new configuration.
@@ -219,6 +231,15 @@ class AgentkApp:
 
     def _pool_count(self, field: str) -> float:
         return float(getattr(self._pool.stats, field)) if self._pool is not None else 0.0
+
+
+def _stop_on_signals() -> asyncio.Event:
+    """An event set on SIGTERM or SIGINT."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    return stop
 
 
 async def _cancel_and_wait(task: asyncio.Task[None]) -> None:

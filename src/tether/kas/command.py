@@ -10,7 +10,7 @@ import click
 import uvloop
 
 from tether.kas.app import KasApp, KasStartError
-from tether.modserver.config import ConfigError, load_config
+from tether.kas.config import ConfigError, load_config
 from tether.tool.logs import setup_logging
 
 

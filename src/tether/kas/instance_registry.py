@@ -16,7 +16,14 @@ import logging
 from google.protobuf.message import DecodeError
 
 from tether.pb.gitlab.agent.kas.instance_pb2 import KasInstanceInfo
-from tether.tool.expiring_hash import DEFAULT_KEY_PREFIX, ExpiringHash, HashBackend, run_every
+from tether.tool.expiring_hash import (
+    DEFAULT_ENTRY_TTL,
+    DEFAULT_KEY_PREFIX,
+    EntryTtl,
+    ExpiringHash,
+    HashBackend,
+    run_every,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -27,9 +34,7 @@ class KasInstanceRegistry:
     Args:
         backend: Redis or memory storage.
         key_prefix: kascfg ``redis.key_prefix``.
-        ttl_s: seconds an entry lives without refresh (300, like ``agent.redis_conn_info_ttl``).
-        refresh_s: seconds between refreshes (240, like ``agent.redis_conn_info_refresh``).
-        gc_s: seconds between GC rounds deleting the expired entries of kas instances that died.
+        ttl: entry life, refresh and GC periods (``agent.redis_conn_info_*``).
 
     Backend errors propagate from every method except :meth:`run`, which logs and retries.
     """
@@ -38,14 +43,12 @@ class KasInstanceRegistry:
         self,
         backend: HashBackend,
         key_prefix: str = DEFAULT_KEY_PREFIX,
-        ttl_s: float = 300,
-        refresh_s: float = 240,
-        gc_s: float = 600,
+        ttl: EntryTtl = DEFAULT_ENTRY_TTL,
     ) -> None:
-        self._gc_s = gc_s
+        self._gc_s = ttl.gc_s
         self._key = f"{key_prefix}:kas_instances".encode()
-        self._refresh_s = refresh_s
-        self._hash: ExpiringHash[None] = ExpiringHash(backend, ttl_s, lambda _: self._key)
+        self._refresh_s = ttl.refresh_s
+        self._hash: ExpiringHash[None] = ExpiringHash(backend, ttl.ttl_s, lambda _: self._key)
 
     @property
     def key(self) -> bytes:
@@ -85,7 +88,7 @@ class KasInstanceRegistry:
         return await self._hash.gc()
 
     async def run(self) -> None:
-        """Refresh every ``refresh_s`` and GC every ``gc_s`` seconds until cancelled; errors are logged, retried."""
+        """Refresh every ``ttl.refresh_s``, GC every ``ttl.gc_s`` seconds until cancelled; errors logged, retried."""
         async with asyncio.TaskGroup() as group:
             group.create_task(run_every(self._refresh_s, self.refresh, "kas instance registry refresh"))
             group.create_task(run_every(self._gc_s, self.gc, "kas instance registry GC"))

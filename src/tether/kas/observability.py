@@ -1,5 +1,7 @@
 """kas' observability listener: ``/metrics`` (Prometheus), ``/liveness`` and ``/readiness`` (kas.md §8.5).
 
+A service like the others: :func:`kas_gauges` are kas' own gauges, :class:`ObservabilityServer` the listener.
+
 Readiness is true only when every probe passes: the state backend answers ``PING`` and every listener is
 up. A failing probe answers 503 with the reason, so an orchestrator's log shows what is wrong.
 """
@@ -30,6 +32,22 @@ class GaugeCollector(Collector):
         """Yield one gauge per configured value."""
         for name, (help_text, value) in self._values.items():
             yield GaugeMetricFamily(name, help_text, value=value())
+
+
+def kas_gauges(
+    idle_tunnels: Callable[[], int], waiting_requests: Callable[[], int], connected_agents: Callable[[], float]
+) -> GaugeCollector:
+    """Kas' gauges (upstream's names): idle tunnels and waiting requests here, connected agents everywhere."""
+    return GaugeCollector(
+        {
+            "tunnels_idle": ("Idle reverse tunnels held by this kas", lambda: float(idle_tunnels())),
+            "tunnel_find_requests_waiting": (
+                "Requests waiting for a tunnel on this kas",
+                lambda: float(waiting_requests()),
+            ),
+            "connected_agents_count": ("Connected agents (all kas instances)", connected_agents),
+        }
+    )
 
 
 class ObservabilityServer:

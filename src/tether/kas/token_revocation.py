@@ -26,6 +26,8 @@ from typing import Any
 import grpc
 
 from tether.modserver.agent_auth import AgentAuthenticator
+from tether.modserver.config import AgentCF
+from tether.modshared.module import Spawner
 from tether.pb.gitlab.agent.agent_tokens.rpc import rpc_pb2, rpc_pb2_grpc
 from tether.pb.gitlab.agent.event.event_pb2 import AgentTokenRevoked
 from tether.pb.gitlab.agent.redistool.redistool_pb2 import ExpiringValue
@@ -35,6 +37,7 @@ from tether.tool.expiring_hash import HashBackend, expired_fields, expires_at_fo
 __all__ = [
     "AgentTokensServicer",
     "RevocationList",
+    "TokenRevocationService",
     "list_ttl_s",
     "revalidate_forever",
     "subscribe_revocations",
@@ -190,3 +193,51 @@ async def revalidate_forever(auth: AgentAuthenticator, revocations: RevocationLi
     while True:
         await asyncio.sleep(period_s)
         await revalidate_once(auth, revocations)
+
+
+class TokenRevocationService:
+    """kas' agent token revocation as a service with the modules' lifecycle (issue 24 item 3).
+
+    Built before the listeners start: registers ``AgentTokens`` on the api listener and subscribes to
+    ``AgentTokenRevoked``; :meth:`start` spawns the re-validation loop (``agent.token_revalidation_period``).
+
+    Args:
+        events: the event bus.
+        auth: the agent authenticator whose cache and streams revocations act on.
+        backend: where the revocation list lives.
+        key_prefix: kascfg ``redis.key_prefix``.
+        agent: the ``agent`` section (``info_cache_ttl``, ``token_revalidation_period``).
+        api_server: the api gRPC listener.
+        spawn: the supervisor's ``spawn``.
+    """
+
+    name = "agent_token_revocation"
+
+    def __init__(
+        self,
+        events: EventBus,
+        auth: AgentAuthenticator,
+        backend: HashBackend,
+        key_prefix: str,
+        agent: AgentCF,
+        api_server: grpc.aio.Server,
+        spawn: Spawner,
+    ) -> None:
+        self._auth = auth
+        self._period_s = agent.token_revalidation_period
+        self._spawn = spawn
+        self.revocations = RevocationList(
+            backend, key_prefix, list_ttl_s(agent.info_cache_ttl, agent.token_revalidation_period)
+        )
+        subscribe_revocations(events, auth)
+        rpc_pb2_grpc.add_AgentTokensServicer_to_server(AgentTokensServicer(events, auth, self.revocations), api_server)
+
+    async def start(self) -> None:
+        """Spawn the re-validation loop."""
+        self._spawn("token_revalidation", self._revalidate)
+
+    async def _revalidate(self) -> None:
+        await revalidate_forever(self._auth, self.revocations, self._period_s)
+
+    async def stop(self) -> None:
+        """Nothing to undo: the loop is cancelled with the other supervised loops."""

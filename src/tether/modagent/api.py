@@ -97,8 +97,8 @@ class AgentModuleFactory(Protocol):
     def leader_only(self) -> bool:
         """Upstream's ``IsProducingLeaderModules``: run only on the elected leader among agentk replicas.
 
-        agentk has no leader election yet, so every replica runs these too; the flag records the intent
-        for the module that needs it (remote_development).
+        agentk puts such modules behind :class:`tether.modagent.leader.LeaderOnlyModules` (one Lease
+        ``agent-<id>-lock`` per agent): they start when this replica leads and stop when it loses the Lease.
         """
 
     def new(self, api: AgentApi) -> Module | None:

@@ -21,7 +21,15 @@ from google.protobuf.message import DecodeError
 from tether.pb.gitlab.agent.agent_tracker.agent_tracker_pb2 import ConnectedAgentInfo
 from tether.pb.gitlab.agent.event.event_pb2 import AgentConnected, AgentDisconnected
 from tether.tool.events import EventBus
-from tether.tool.expiring_hash import DEFAULT_KEY_PREFIX, ExpiringHash, HashBackend, prefixed_int64_key, run_every
+from tether.tool.expiring_hash import (
+    DEFAULT_ENTRY_TTL,
+    DEFAULT_KEY_PREFIX,
+    EntryTtl,
+    ExpiringHash,
+    HashBackend,
+    prefixed_int64_key,
+    run_every,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -38,9 +46,7 @@ class AgentTracker:
         events: where ``AgentConnected`` / ``AgentDisconnected`` are published (seed 000 "For both events kas
             publishes a notification to a pub-sub channel").
         key_prefix: kascfg ``redis.key_prefix``.
-        ttl_s: seconds a registration lives without refresh (``agent.redis_conn_info_ttl``, 300).
-        refresh_s: seconds between refreshes (``agent.redis_conn_info_refresh``, 240).
-        gc_s: seconds between GC rounds (``agent.redis_conn_info_gc``, 600).
+        ttl: registration life, refresh and GC periods (``agent.redis_conn_info_*``).
         pod_ttl_s: seconds a pod's ``Register`` entry lives unless the pod registers again (agentk calls every
             300 s, kas.md §3.3; the default leaves a minute of slack).
         kas_url: this kas' private API URL, stamped as ``ConnectedAgentInfo.kas_url`` (a Tether field) on every
@@ -55,9 +61,7 @@ class AgentTracker:
         backend: HashBackend,
         events: EventBus,
         key_prefix: str = DEFAULT_KEY_PREFIX,
-        ttl_s: float = 300,
-        refresh_s: float = 240,
-        gc_s: float = 600,
+        ttl: EntryTtl = DEFAULT_ENTRY_TTL,
         pod_ttl_s: float = 360,
         kas_url: str = "",
     ) -> None:
@@ -67,10 +71,10 @@ class AgentTracker:
         self._by_project_prefix = base + b":conn_by_project_id:"
         self._connected_agents_key = base + b":connected_agents"
         self._events = events
-        self._refresh_s = refresh_s
-        self._gc_s = gc_s
+        self._refresh_s = ttl.refresh_s
+        self._gc_s = ttl.gc_s
         # One hash family over all three keys, so a registration is one transaction (seed 000 "transactions").
-        self._hash: ExpiringHash[bytes] = ExpiringHash(backend, ttl_s, _identity)
+        self._hash: ExpiringHash[bytes] = ExpiringHash(backend, ttl.ttl_s, _identity)
         # Pods registered through AgentRegistrar.Register live only as long as the pod keeps calling: kas remembers
         # them (to delete them on shutdown) but never refreshes them, and forgets them once expired.
         self._pods: ExpiringHash[bytes] = ExpiringHash(backend, pod_ttl_s, _identity)
@@ -223,7 +227,7 @@ class AgentTracker:
         return sum(r for r in results if isinstance(r, int))
 
     async def run(self) -> None:
-        """Refresh every ``refresh_s`` and GC every ``gc_s`` seconds until cancelled; errors are logged."""
+        """Refresh every ``ttl.refresh_s`` and GC every ``ttl.gc_s`` seconds until cancelled; errors are logged."""
         async with asyncio.TaskGroup() as group:
             group.create_task(run_every(self._refresh_s, self.refresh, "agent tracker refresh"))
             group.create_task(run_every(self._gc_s, self.gc, "agent tracker GC"))

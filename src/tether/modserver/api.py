@@ -10,16 +10,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import grpc
 from aiohttp import web
 from prometheus_client import CollectorRegistry
+from pydantic import BaseModel
 
 from tether.modserver.agent_auth import AgentAuthenticator
 from tether.modserver.agent_conn import AgentConn, AgentIdFromRequest
 from tether.modserver.agent_tracker import AgentTracker
-from tether.modserver.config import KasConfig
+from tether.modserver.config import KasConfigBase
 from tether.modserver.gitlab_client import GitlabClient
 from tether.modshared.module import Module, Spawner
 from tether.pb.gitlab.agent.kubernetes_api.rpc import rpc_pb2 as kubernetes_api_pb2
@@ -62,12 +63,15 @@ class TunnelHandler(Protocol):
         """
 
 
+S = TypeVar("S", bound=BaseModel)
+
+
 @dataclass
 class ServerApi:
     """Everything a kas module may use (upstream ``modserver.Config``).
 
     Attributes:
-        config: the whole validated kas configuration; a module reads its own section.
+        config: the shared sections of the validated kas configuration (listeners, the hub, routing...).
         gitlab: the hub's internal API client (``/api/v4/internal/kubernetes/...``).
         auth: agent token authentication, cached (kas.md §2.3).
         events: the pub/sub event bus on ``<prefix>:kas_events``.
@@ -85,9 +89,10 @@ class ServerApi:
         ports: listener name -> bound TCP port; a module with its own listener adds it here.
         proxy_paths: paths under the Kubernetes API proxy's prefix that kas answers itself; fill with
             :meth:`register_proxy_path`.
+        sections: the modules' configuration sections by model (read with :meth:`section`).
     """
 
-    config: KasConfig
+    config: KasConfigBase
     gitlab: GitlabClient
     auth: AgentAuthenticator
     events: EventBus
@@ -104,6 +109,19 @@ class ServerApi:
     routed_methods: dict[str, AgentIdFromRequest] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
     proxy_paths: dict[str, ProxyPathHandler] = field(default_factory=dict)
+    sections: Mapping[type[BaseModel], BaseModel | None] = field(default_factory=dict)
+
+    def section(self, model: type[S]) -> S | None:
+        """A module's own configuration section (declared in its folder), or None when the file has none.
+
+        Raises:
+            KeyError: the process does not know ``model`` (not listed in ``tether.kas.config.module_sections``).
+        """
+        value = self.sections[model]
+        if value is None:
+            return None
+        assert isinstance(value, model)
+        return value
 
     @property
     def long_poll_age_s(self) -> float:

@@ -1,4 +1,8 @@
-"""kas configuration: one YAML file whose field names mirror upstream kascfg (kas.md §7).
+"""kas configuration, the shared part: one YAML file whose field names mirror upstream kascfg (kas.md §7).
+
+This file holds what kas itself and every module use (listeners, the hub, Redis, observability, routing);
+each module declares its own section and defaults in its own folder (``modules/<name>/.../config.py``), and
+``tether.kas.config`` puts the whole file together (issue 24 item 4).
 
 Secrets are never inline: every secret is a path to a base64 file. Every field has a default except the
 JWT secret files; ``redis`` may be omitted, which selects the in-memory backend for a single kas (the
@@ -9,21 +13,21 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tether.tool.durations import Duration
 
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
+class Section(BaseModel):
+    """A configuration section: unknown keys are refused, values are frozen (shared by the modules' sections)."""
 
-class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class ListenCF(_Section):
+class ListenCF(Section):
     """A network listener: ``address`` is ``host:port`` (tcp) or a socket path (unix)."""
 
     network: Literal["tcp", "unix"] = "tcp"
@@ -53,123 +57,10 @@ class AgentListenCF(ListenCF):
     max_tunnels_per_connection: int = Field(default=500, ge=1)
 
 
-class AgentConfigurationCF(_Section):
-    """GetConfiguration behaviour."""
-
-    poll_period: Duration = 300.0
-    max_configuration_file_size: int = 131072
-
-
-class KubernetesApiListenCF(ListenCF):
-    """The Kubernetes API proxy's HTTP listener (kas.md §5.1); TLS when both certificate and key are set."""
-
-    address: str = "0.0.0.0:8154"
-    #: After SIGTERM, how long the listener still accepts requests (upstream ``listen_grace_period``).
-    listen_grace_period: Duration = 5.0
-    #: After SIGTERM, how long in-flight requests (watches, exec sessions) may continue before being cut.
-    shutdown_grace_period: Duration = 3600.0
-
-
-class KubernetesApiCF(_Section):
-    """The Kubernetes API proxy (kas.md §5, §7 ``agent.kubernetes_api``); the section's absence turns it off."""
-
-    listen: KubernetesApiListenCF = KubernetesApiListenCF()
-    #: Requests must be under this path; it is stripped (keeping a leading ``/``) before forwarding.
-    url_path_prefix: str = "/"
-    #: How long a successful ``authorize_proxy_user`` answer is reused for the same credentials.
-    allowed_agent_cache_ttl: Duration = 60.0
-    #: How long a refusal (hub 401/403/404) is reused for the same credentials.
-    allowed_agent_cache_error_ttl: Duration = 10.0
-    #: Tether addition (issue 9 item 4): refused credentials per client address and minute, over every kas
-    #: sharing Redis, before the address gets 429 without a hub call; 0 turns the throttle off. Behind a proxy
-    #: or load balancer every client shares its address: raise the limit or throttle there.
-    failed_auth_per_source_per_minute: int = Field(default=60, ge=0)
-
-    @field_validator("url_path_prefix")
-    @classmethod
-    def _normalize_prefix(cls, value: str) -> str:
-        # kas.md §5.1: always normalised to end with "/".
-        if not value.startswith("/"):
-            raise ValueError(f"url_path_prefix {value!r} must start with '/'")
-        return value if value.endswith("/") else value + "/"
-
-
-class WorkspacesListenCF(ListenCF):
-    """The workspaces' HTTP listener (issue 13); TLS when both certificate and key are set."""
-
-    address: str = "0.0.0.0:8156"
-    #: After SIGTERM, how long the listener still accepts requests.
-    listen_grace_period: Duration = 5.0
-    #: After SIGTERM, how long in-flight requests (downloads, an editor's WebSockets) may continue before being cut.
-    shutdown_grace_period: Duration = 60.0
-
-
-class WorkspacesCF(_Section):
-    """Tether addition (issue 13): users reach their workspaces through kas; the section's absence turns it off.
-
-    A workspace port is served at ``<port>-<workspace name>.<zone>`` for each zone of ``dns_zones`` (wildcard
-    DNS and certificate), and at ``<path_url>/-/workspaces/<workspace name>/<port>/`` when ``path_url`` is set.
-    """
-
-    listen: WorkspacesListenCF = WorkspacesListenCF()
-    #: DNS zones whose hosts name workspace ports (the agents' ``remote_development.dns_zone``), e.g.
-    #: ``workspaces.example.com``; lower case, no leading dot.
-    dns_zones: list[str] = Field(default_factory=list)
-    #: Scheme users reach the zones' hosts with; None: ``https`` when the listener has TLS, else ``http``
-    #: (set ``https`` behind a load balancer that ends TLS).
-    host_scheme: Literal["http", "https"] | None = None
-    #: Origin of the path form as users reach it (``https://kas.example.com``), or None for no path form.
-    path_url: str | None = None
-    #: The hub's sign-in for workspaces as browsers reach it; None: ``<gitlab.external_url or address>``
-    #: followed by ``/-/workspaces/authorize``.
-    sign_in_url: str | None = None
-    #: How long the hub's answer about a user and a workspace is reused (a state change ends it at once).
-    authorization_cache_ttl: Duration = 10.0
-    #: How long a refusal (unknown credentials, not the owner) is reused.
-    authorization_cache_error_ttl: Duration = 5.0
-    #: How long a request waits for a tunnel to the workspace's agent before answering 502.
-    agent_timeout: Duration = 10.0
-    #: How long the workspace may take to send its response head; then 504.
-    response_header_timeout: Duration = 120.0
-    #: Refused credentials per client address and minute (all kas together) before 429; 0 turns it off.
-    failed_auth_per_source_per_minute: int = Field(default=60, ge=0)
-
-    @field_validator("dns_zones")
-    @classmethod
-    def _zones(cls, value: list[str]) -> list[str]:
-        zones = []
-        for given in value:
-            zone = given.strip().lower().rstrip(".")
-            labels = zone.split(".")
-            if len(labels) < 2 or not all(_DNS_LABEL.fullmatch(label) for label in labels):
-                raise ValueError(f"dns zone {zone[:100]!r} must be a DNS name of at least two labels")
-            zones.append(zone)
-        return zones
-
-    @model_validator(mode="after")
-    def _serves_something(self) -> WorkspacesCF:
-        if not self.dns_zones and self.path_url is None:
-            raise ValueError("set dns_zones (host form) or path_url (path form), or remove the section")
-        return self
-
-    @field_validator("path_url")
-    @classmethod
-    def _origin(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        value = value.rstrip("/")
-        scheme, sep, rest = value.partition("://")
-        if scheme not in ("http", "https") or not sep or not rest or "/" in rest or "?" in rest or "#" in rest:
-            raise ValueError(f"path_url {value[:100]!r} must be an origin: http(s)://host[:port], without a path")
-        return value
-
-
-class AgentCF(_Section):
-    """Everything about agent connections."""
+class AgentCF(Section):
+    """Everything about agent connections that kas itself uses (the modules' parts: ``tether.kas.config``)."""
 
     listen: AgentListenCF = AgentListenCF()
-    configuration: AgentConfigurationCF = AgentConfigurationCF()
-    kubernetes_api: KubernetesApiCF | None = None
     info_cache_ttl: Duration = 300.0
     info_cache_error_ttl: Duration = 60.0
     #: Tether addition (issue 27 item 6): how often kas re-checks the tokens it trusts against the revocation
@@ -186,7 +77,7 @@ class AgentCF(_Section):
         return self
 
 
-class GitlabCF(_Section):
+class GitlabCF(Section):
     """The control plane (the hub) that serves the internal API."""
 
     address: str = "http://127.0.0.1:8080"
@@ -197,7 +88,7 @@ class GitlabCF(_Section):
     request_timeout: Duration = Field(default=20.0, gt=0)
 
 
-class UrlPathCF(_Section):
+class UrlPathCF(Section):
     """An HTTP path."""
 
     url_path: str
@@ -209,14 +100,14 @@ class ObservabilityListenCF(ListenCF):
     address: str = "127.0.0.1:8151"
 
 
-class LoggingCF(_Section):
+class LoggingCF(Section):
     """Log levels."""
 
     level: Literal["debug", "info", "warn", "error"] = "info"
     grpc_level: Literal["debug", "info", "warn", "error"] = "error"
 
 
-class ObservabilityCF(_Section):
+class ObservabilityCF(Section):
     """/metrics, /liveness, /readiness and logging."""
 
     listen: ObservabilityListenCF = ObservabilityListenCF()
@@ -226,7 +117,7 @@ class ObservabilityCF(_Section):
     logging: LoggingCF = LoggingCF()
 
 
-class RedisServerCF(_Section):
+class RedisServerCF(Section):
     """A single Redis server."""
 
     address: str
@@ -249,7 +140,7 @@ def sentinel_host_port(address: str) -> tuple[str, int]:
     return match["host"].strip("[]"), port
 
 
-class RedisSentinelCF(_Section):
+class RedisSentinelCF(Section):
     """A master found through Redis Sentinel (upstream ``RedisSentinelCF``, kas.md §3.1)."""
 
     #: The name the sentinels monitor the master under (``sentinel monitor <master_name> ...``).
@@ -267,7 +158,7 @@ class RedisSentinelCF(_Section):
         return addresses
 
 
-class RedisTlsCF(_Section):
+class RedisTlsCF(Section):
     """TLS to Redis and to the sentinels (upstream ``RedisTLSCF``)."""
 
     enabled: bool = False
@@ -284,7 +175,7 @@ class RedisTlsCF(_Section):
         return self
 
 
-class RedisCF(_Section):
+class RedisCF(Section):
     """Redis connection; omit the whole section to use the in-memory backend (one kas only).
 
     Exactly one of ``server`` (one Redis server) and ``sentinel`` (a master found through Redis Sentinel).
@@ -321,7 +212,7 @@ class ApiListenCF(ListenCF):
     listen_grace_period: Duration = 5.0
 
 
-class ApiCF(_Section):
+class ApiCF(Section):
     """api gRPC listener (the hub -> kas)."""
 
     listen: ApiListenCF
@@ -337,13 +228,13 @@ class PrivateApiListenCF(ListenCF):
     listen_grace_period: Duration = 5.0
 
 
-class PrivateApiCF(_Section):
+class PrivateApiCF(Section):
     """private api gRPC listener (kas -> kas)."""
 
     listen: PrivateApiListenCF
 
 
-class RoutingCF(_Section):
+class RoutingCF(Section):
     """Tether addition: routing timings (upstream constants, kas.md §2.5)."""
 
     #: How long a request without its own deadline waits for a tunnel.
@@ -359,8 +250,8 @@ class RoutingCF(_Section):
     agent_move_timeout: Duration = 5.0
 
 
-class KasConfig(_Section):
-    """The whole kas configuration file."""
+class KasConfigBase(Section):
+    """The sections of the kas configuration file that kas itself uses (the whole file: ``tether.kas.config``)."""
 
     gitlab: GitlabCF
     agent: AgentCF = AgentCF()
@@ -369,15 +260,17 @@ class KasConfig(_Section):
     api: ApiCF
     private_api: PrivateApiCF
     routing: RoutingCF = RoutingCF()
-    workspaces: WorkspacesCF | None = None
 
 
 class ConfigError(ValueError):
     """The configuration file is unreadable or invalid; the message names the file and each bad field."""
 
 
-def load_config(path: Path) -> KasConfig:
-    """Read and validate a kas YAML configuration file.
+M = TypeVar("M", bound=BaseModel)
+
+
+def load_yaml(path: Path, model: type[M]) -> M:
+    """Read and validate a YAML configuration file as ``model``.
 
     Raises:
         ConfigError: with one line per problem, e.g. ``agent.listen.max_connection_age: invalid duration``.
@@ -389,7 +282,7 @@ def load_config(path: Path) -> KasConfig:
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
     try:
-        return KasConfig.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         lines = [f"  {'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}" for err in exc.errors()]
         raise ConfigError(f"invalid kas configuration in {path}:\n" + "\n".join(lines)) from exc

@@ -10,15 +10,15 @@ and stops them in reverse.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 
 class Spawner(Protocol):
     """Starts a supervised background loop (``ModuleSupervisor.spawn``)."""
 
-    def __call__(self, name: str, coro: Coroutine[Any, Any, Any], /) -> asyncio.Task[Any]:
-        """Run ``coro`` under the name ``name`` until the process stops."""
+    def __call__(self, name: str, loop: Callable[[], Awaitable[object]], /) -> asyncio.Task[Any]:
+        """Run ``loop()`` under the name ``name`` until the process stops, restarted when it crashes or returns."""
 
 
 class ModuleStartError(RuntimeError):

@@ -1,13 +1,23 @@
-"""The one place that starts, supervises and stops a process' modules and background loops."""
+"""The one place that starts, supervises and stops a process' modules and background loops (issue 24 item 3).
+
+Restart policy: every background loop of kas and agentk (their own and the modules') runs under
+:func:`tether.tool.supervisor.supervise`: a loop that crashes or returns is logged with its name and
+restarted after a backoff (1 s growing to 30 s), and each restart counts in the Prometheus counter
+``tether_<process>_background_loop_restarts_total{loop="<name>"}``.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from typing import Any
 
+from prometheus_client import CollectorRegistry, Counter
+
 from tether.modshared.module import Module
+from tether.tool.backoff import Backoff
+from tether.tool.supervisor import Loop, supervise
 
 log = logging.getLogger(__name__)
 
@@ -15,36 +25,51 @@ log = logging.getLogger(__name__)
 class ModuleSupervisor:
     """Starts modules in order, stops them in reverse, and owns every background loop of the process.
 
-    A background loop that ends with an exception is logged with its name at once (not when the process
-    stops), so a dead loop is visible while the process keeps serving.
-
     Args:
-        process: ``"kas"`` or ``"agentk"``, for log lines.
+        process: ``"kas"`` or ``"agentk"``, for log lines and the metric's name.
+        metrics: the registry the restart counter is registered in (the process' ``/metrics``); None: a
+            registry of its own (tests).
+        restart_delays: (first, largest) restart delay in seconds without jitter; default
+            :func:`tether.tool.supervisor.restart_backoff` (tests shorten it).
     """
 
-    def __init__(self, process: str) -> None:
+    def __init__(
+        self,
+        process: str,
+        metrics: CollectorRegistry | None = None,
+        *,
+        restart_delays: tuple[float, float] | None = None,
+    ) -> None:
         self._process = process
         self._started: list[Module] = []
         self._tasks: list[asyncio.Task[Any]] = []
+        self._restart_delays = restart_delays
+        self.restarts = Counter(
+            f"tether_{process}_background_loop_restarts",
+            "Background loops restarted after they crashed or returned, by loop name.",
+            ["loop"],
+            registry=metrics if metrics is not None else CollectorRegistry(),
+        )
 
     @property
     def modules(self) -> list[Module]:
         """The modules started so far, in start order."""
         return list(self._started)
 
-    def spawn(self, name: str, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        """Run ``coro`` as a supervised background loop named ``name``; it is cancelled by :meth:`cancel_loops`."""
-        task = asyncio.get_running_loop().create_task(coro, name=name)
-        task.add_done_callback(self._report)
+    def spawn(self, name: str, loop: Loop) -> asyncio.Task[Any]:
+        """Run ``loop()`` as a supervised background loop named ``name`` until :meth:`cancel_loops`.
+
+        A crash or return is logged and ``loop()`` called again after the backoff (module docstring).
+        """
+        backoff = None
+        if self._restart_delays is not None:
+            backoff = Backoff(initial_s=self._restart_delays[0], max_s=self._restart_delays[1], jitter=0.0)
+        counter = self.restarts.labels(name)
+        task = asyncio.get_running_loop().create_task(
+            supervise(name, loop, backoff=backoff, on_restart=counter.inc), name=name
+        )
         self._tasks.append(task)
         return task
-
-    def _report(self, task: asyncio.Task[Any]) -> None:
-        if task.cancelled():
-            return
-        exc = task.exception()
-        if exc is not None:
-            log.error("%s loop %s failed: %r", self._process, task.get_name(), exc, exc_info=exc)
 
     async def start(self, modules: Sequence[Module]) -> None:
         """Start ``modules`` one after the other.

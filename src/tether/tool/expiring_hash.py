@@ -34,6 +34,29 @@ K = TypeVar("K", bound=Hashable)
 
 DEFAULT_KEY_PREFIX = "gitlab-kas"  # kascfg redis.key_prefix default (kas.md §3.2)
 
+
+@dataclass(frozen=True, slots=True)
+class EntryTtl:
+    """The life of a Redis-backed registry's entries: one settings object for the three of them (issue 24 item 3).
+
+    kas builds it from ``agent.redis_conn_info_ttl`` / ``_refresh`` / ``_gc`` (kas.md §3.1) for the tunnel
+    tracker, the agent tracker and the kas instance registry.
+
+    Attributes:
+        ttl_s: seconds an entry lives without refresh (300).
+        refresh_s: seconds between refreshes of this kas' own entries (240).
+        gc_s: seconds between GC rounds deleting the expired entries of kas instances that died (600).
+    """
+
+    ttl_s: float = 300.0
+    refresh_s: float = 240.0
+    gc_s: float = 600.0
+
+
+#: The defaults of kas' ``agent.redis_conn_info_*`` settings.
+DEFAULT_ENTRY_TTL = EntryTtl()
+
+
 # A GC transaction that keeps conflicting with writers is retried once, then left to the next round (kas.md §3.1).
 GC_ATTEMPTS = 2
 #: Keys per refresh transaction: two commands each (HSET, PEXPIRE), so a few hundred commands per pipeline.

@@ -30,6 +30,7 @@ from tether.modserver.gitlab_client import (
     GitlabTimeout,
 )
 from tether.modshared.module import IdleModule, Module
+from tether.modules.agent_configuration.config import AgentConfigurationCF
 from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2, rpc_pb2_grpc
 from tether.pb.gitlab.agent.agent_tracker.agent_tracker_pb2 import ConnectedAgentInfo
 from tether.pb.gitlab.agent.agentcfg import agentcfg_pb2
@@ -227,12 +228,13 @@ class AgentConfigurationServerFactory:
     def new(self, api: ServerApi) -> Module:
         """Register ``AgentConfiguration`` on the agent listener."""
         config = api.config
+        section = api.section(AgentConfigurationCF) or AgentConfigurationCF()
         rpc_pb2_grpc.add_AgentConfigurationServicer_to_server(
             AgentConfigurationServicer(
                 api.auth,
                 api.gitlab,
                 api.agent_tracker,
-                config.agent.configuration.poll_period,
+                section.poll_period,
                 api.long_poll_age_s,
                 config.gitlab.external_url or config.gitlab.address,
                 api.stopping,

@@ -124,7 +124,7 @@ class _RegistrarModule:
 
     async def start(self) -> None:
         """Spawn the loop (the supervisor cancels it at shutdown)."""
-        self._api.spawn(self.name, self._registrar.run())
+        self._api.spawn(self.name, self._registrar.run)
 
     async def stop(self) -> None:
         """Nothing to undo: the loop is cancelled with the other supervised loops."""

@@ -13,7 +13,15 @@ from collections.abc import Iterable
 
 from tether.pb.gitlab.agent.event.event_pb2 import TunnelsAvailable
 from tether.tool.events import EventBus
-from tether.tool.expiring_hash import DEFAULT_KEY_PREFIX, ExpiringHash, HashBackend, prefixed_int64_key, run_every
+from tether.tool.expiring_hash import (
+    DEFAULT_ENTRY_TTL,
+    DEFAULT_KEY_PREFIX,
+    EntryTtl,
+    ExpiringHash,
+    HashBackend,
+    prefixed_int64_key,
+    run_every,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -27,10 +35,8 @@ class TunnelTracker:
             agent wake up (seed 000 "kas is notified of new agent connections via a pub-sub channel").
         own_url: this kas' private API URL, e.g. ``grpc://10.0.0.5:8155`` (kas.md §2.7).
         key_prefix: kascfg ``redis.key_prefix``.
-        ttl_s: seconds an entry lives without refresh (``agent.redis_conn_info_ttl``, 300).
-        refresh_s: seconds between refreshes (``agent.redis_conn_info_refresh``, 240).
-        gc_s: seconds between GC rounds that delete expired fields of other (dead) kas instances from the keys
-            this kas writes (``agent.redis_conn_info_gc``, 600; kas.md §3.1).
+        ttl: entry life, refresh and GC periods (``agent.redis_conn_info_*``); GC deletes expired fields of
+            other (dead) kas instances from the keys this kas writes (kas.md §3.1).
 
     Backend errors propagate from every method except :meth:`run`, which logs and retries.
     """
@@ -41,16 +47,14 @@ class TunnelTracker:
         events: EventBus,
         own_url: str,
         key_prefix: str = DEFAULT_KEY_PREFIX,
-        ttl_s: float = 300,
-        refresh_s: float = 240,
-        gc_s: float = 600,
+        ttl: EntryTtl = DEFAULT_ENTRY_TTL,
     ) -> None:
-        self._gc_s = gc_s
+        self._gc_s = ttl.gc_s
         self._prefix = f"{key_prefix}:tunnel_tracker2:kas_by_agent_id:".encode()
         self._events = events
         self._own_url = own_url
-        self._refresh_s = refresh_s
-        self._hash: ExpiringHash[int] = ExpiringHash(backend, ttl_s, self.agent_key)
+        self._refresh_s = ttl.refresh_s
+        self._hash: ExpiringHash[int] = ExpiringHash(backend, ttl.ttl_s, self.agent_key)
 
     @property
     def own_url(self) -> str:
@@ -110,7 +114,7 @@ class TunnelTracker:
         return await self._hash.gc()
 
     async def run(self) -> None:
-        """Refresh every ``refresh_s`` and GC every ``gc_s`` seconds until cancelled; errors are logged, retried."""
+        """Refresh every ``ttl.refresh_s``, GC every ``ttl.gc_s`` seconds until cancelled; errors logged, retried."""
         async with asyncio.TaskGroup() as group:
             group.create_task(run_every(self._refresh_s, self.refresh, "tunnel tracker refresh"))
             group.create_task(run_every(self._gc_s, self.gc, "tunnel tracker GC"))

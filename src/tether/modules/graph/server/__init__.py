@@ -24,11 +24,7 @@ class GraphServerFactory:
     name = "graph"
 
     def new(self, api: ServerApi) -> Module:
-        """Register :data:`GRAPH_PATH` on the proxy endpoint; idle without one (``agent.kubernetes_api`` unset)."""
-        if api.config.agent.kubernetes_api is None:
-            return IdleModule(self.name)
-        # Imported here: a kas without the proxy does not load the Graph API (tests/e2e/test_minimal_imports.py).
-        from tether.modules.graph.server.websocket import agent_opener, serve_graph_websocket  # noqa: PLC0415
+        """Register :data:`GRAPH_PATH` on the proxy endpoint (served only when the proxy is configured)."""
 
         async def serve(
             request: web.BaseRequest,
@@ -36,6 +32,10 @@ class GraphServerFactory:
             impersonation: kubernetes_api_pb2.ImpersonationConfig | None,
             metadata: tuple[tuple[str, str], ...],
         ) -> web.StreamResponse:
+            # Imported at the first session: a kas without the proxy never loads the Graph API
+            # (tests/e2e/test_minimal_imports.py).
+            from tether.modules.graph.server.websocket import agent_opener, serve_graph_websocket  # noqa: PLC0415
+
             return await serve_graph_websocket(request, agent_opener(api.agent_conn, agent_id, metadata), impersonation)
 
         api.register_proxy_path(GRAPH_PATH, serve)

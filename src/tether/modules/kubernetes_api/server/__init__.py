@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tether.modserver.api import ServerApi
 from tether.modshared.module import Module
+from tether.modules.kubernetes_api.server.config import KubernetesApiCF
 
 
 class KubernetesApiServerFactory:
@@ -13,7 +14,7 @@ class KubernetesApiServerFactory:
 
     def new(self, api: ServerApi) -> Module | None:
         """The proxy module, or None without an ``agent.kubernetes_api`` section."""
-        config = api.config.agent.kubernetes_api
+        config = api.section(KubernetesApiCF)
         if config is None:
             return None
         # Imported here: a kas without the proxy does not load it (issue 28 item 4, tests/e2e/test_minimal_imports.py).

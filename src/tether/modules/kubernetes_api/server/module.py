@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 
 from tether.modserver.api import ServerApi
-from tether.modserver.config import KubernetesApiCF
 from tether.modshared.module import ModuleStartError
 from tether.modules.kubernetes_api.server.auth import ProxyUserAuthorizer
+from tether.modules.kubernetes_api.server.config import KubernetesApiCF
 from tether.modules.kubernetes_api.server.proxy import KubernetesApiProxy
 
 

@@ -27,7 +27,6 @@ from aiohttp import web
 
 from tether.modserver.agent_conn import AgentCallError, AgentConn, AgentMethod
 from tether.modserver.api import ProxyPathHandler
-from tether.modserver.config import KubernetesApiCF
 from tether.modserver.gitlab_client import ProxyUserAuthorization
 from tether.modules.kubernetes_api.rpc.impersonation import NESTED_IMPERSONATION, carries_impersonation
 from tether.modules.kubernetes_api.server.auth import (
@@ -36,6 +35,7 @@ from tether.modules.kubernetes_api.server.auth import (
     credentials_from,
     impersonation_for,
 )
+from tether.modules.kubernetes_api.server.config import KubernetesApiCF
 from tether.modules.kubernetes_api.server.cors import cors_headers, is_preflight, preflight_response
 from tether.modules.kubernetes_api.server.request_head import request_header
 from tether.modules.kubernetes_api.server.status import ProxyError, status_response

@@ -1,9 +1,11 @@
 """The agentk module's loop: leader only, full and partial reconciliation on their timers (reference §5.1-§5.2).
 
-The module waits for a configuration with a ``remote_development`` section, then competes for the Lease
-``agent-<agent id>-lock`` in its pod's namespace. The leader watches the workspaces and reconciles: a full
-sync at once, then a partial one every ``partial_sync_interval`` after the previous run ended, and a full one
-every ``full_sync_interval``; a new leader and every configuration change start over with a full sync.
+The factory is ``leader_only``: agentk runs the module only on the replica that holds the Lease
+``agent-<agent id>-lock`` (:mod:`tether.modagent.leader`), and the replicas compete once a configuration
+with a ``remote_development`` section arrived (:meth:`RemoteDevelopmentAgent.is_runnable_configuration`).
+The leader watches the workspaces and reconciles: a full sync at once, then a partial one every
+``partial_sync_interval`` after the previous run ended, and a full one every ``full_sync_interval``; a new
+leader and every configuration change start over with a full sync.
 A configuration without the section changes nothing (GitLab skips the update when the section is absent;
 issue 27 item 7). With ``enabled: false`` the leader keeps reconciling, unlike upstream's no-op worker: the
 hub then stops every workspace (volumes kept), and only a reconciling agentk can scale them down; the cost
@@ -24,7 +26,6 @@ import msgspec
 import structlog
 
 from tether.kube.client import KubeClient
-from tether.kube.lease import LeaderElector, workload_owner
 from tether.modagent.api import AgentApi
 from tether.modshared.module import Module
 from tether.modules.remote_development import MODULE_NAME
@@ -154,7 +155,7 @@ class RemoteDevelopmentWorker:
 
 
 class RemoteDevelopmentAgent:
-    """The ``remote_development`` agentk module: configuration in, leader election, worker per configuration.
+    """The ``remote_development`` agentk module: configuration in, a worker per configuration (leader only).
 
     Args:
         api: the agentk module API (Kubernetes client, hub requests through kas, pod identity).
@@ -165,8 +166,7 @@ class RemoteDevelopmentAgent:
         self._agent_id = 0
         self._settings: SyncSettings | None = None
         self._changed = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self.elector: LeaderElector | None = None
+        self._task: asyncio.Task[object] | None = None
         self.worker: RemoteDevelopmentWorker | None = None
 
     @property
@@ -191,29 +191,26 @@ class RemoteDevelopmentAgent:
             self._settings = settings
             self._changed.set()
 
+    def is_runnable_configuration(self, configuration: agentcfg_pb2.AgentConfiguration) -> bool:
+        """True with a ``remote_development`` section: only then do the replicas compete (upstream's check)."""
+        return configuration.HasField("remote_development")
+
     async def start(self) -> None:
-        """Start the module's loop (it waits for a configuration with the module's section)."""
-        self._task = self._api.spawn("remote_development", self.run())
+        """Start the module's loop (agentk calls it on the leader; it waits for the module's section)."""
+        self._task = self._api.spawn("remote_development", self.run)
 
     async def stop(self) -> None:
-        """Stop the loop; a leader releases its Lease so another replica takes over at once."""
+        """Stop the loop (leadership lost or agentk stopping)."""
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
 
     async def run(self) -> None:
-        """Wait for the module's section, then elect and lead until cancelled."""
+        """Wait for the module's section, then run a worker per configuration until cancelled."""
         while self._settings is None or not self._agent_id:
             self._changed.clear()
             await self._changed.wait()
-        lease = f"agent-{self._agent_id}-lock"
-        namespace, pod = self._api.pod_namespace, self._api.pod_name
-        owner = await workload_owner(self._api.kube, namespace, pod)  # the Lease goes with the Deployment
-        self.elector = LeaderElector(self._api.kube, namespace, lease, pod, owner=owner)
-        await self.elector.run(self._lead)
-
-    async def _lead(self) -> None:
         while True:
             self._changed.clear()
             settings = self._settings
@@ -236,7 +233,10 @@ class RemoteDevelopmentAgent:
 
 
 class RemoteDevelopmentAgentFactory:
-    """Builds the ``remote_development`` agentk module (leader only, upstream ``IsProducingLeaderModules``)."""
+    """Builds the ``remote_development`` agentk module (leader only, upstream ``IsProducingLeaderModules``).
+
+    agentk wraps the module in :class:`tether.modagent.leader.LeaderOnlyModules` for this flag.
+    """
 
     name = MODULE_NAME
     leader_only = True

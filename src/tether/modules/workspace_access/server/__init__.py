@@ -5,6 +5,7 @@ from __future__ import annotations
 from tether.modserver.api import ServerApi
 from tether.modshared.module import Module
 from tether.modules.workspace_access import MODULE_NAME
+from tether.modules.workspace_access.server.config import WorkspacesCF
 from tether.modules.workspace_access.server.invalidation import WorkspaceAccessApiServicer
 from tether.pb.gitlab.agent.workspace_access.rpc import rpc_pb2_grpc
 
@@ -22,7 +23,7 @@ class WorkspaceAccessServerFactory:
         ``InvalidateWorkspaces`` is served either way: the hub may call any kas, and the event reaches them all.
         """
         rpc_pb2_grpc.add_WorkspaceAccessApiServicer_to_server(WorkspaceAccessApiServicer(api.events), api.api_server)
-        config = api.config.workspaces
+        config = api.section(WorkspacesCF)
         if config is None:
             return None
         # Imported here: a kas without workspaces does not load the listener (tests/e2e/test_minimal_imports.py).

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 
 from tether.modserver.api import ServerApi
-from tether.modserver.config import WorkspacesCF
 from tether.modshared.module import ModuleStartError
 from tether.modules.workspace_access import HUB_SIGN_IN_PATH, MODULE_NAME
 from tether.modules.workspace_access.server.authorizer import WorkspaceAuthorizer
+from tether.modules.workspace_access.server.config import WorkspacesCF
 from tether.modules.workspace_access.server.invalidation import subscribe_invalidations
 from tether.modules.workspace_access.server.pages import WorkspaceStatePage
 from tether.modules.workspace_access.server.proxy import WorkspaceProxy

@@ -25,9 +25,9 @@ from prometheus_client import Counter
 
 from tether.modserver.agent_conn import AgentConn
 from tether.modserver.agent_tracker import AgentTracker
-from tether.modserver.config import WorkspacesCF
 from tether.modules.workspace_access.server.addresses import AddressBook, AddressError, WorkspaceAddress
 from tether.modules.workspace_access.server.authorizer import AccessRefused, WorkspaceAuthorizer
+from tether.modules.workspace_access.server.config import WorkspacesCF
 from tether.modules.workspace_access.server.credentials import Credentials, CredentialsError, read_credentials
 from tether.modules.workspace_access.server.forward import WorkspaceForwarder
 from tether.modules.workspace_access.server.pages import WorkspaceStatePage, error_response, wants_html

@@ -1,0 +1,75 @@
+"""kas' drain on SIGTERM (kas.md §8.6; issue 26 item 3 "rolling update without a failed request").
+
+Called after ``agent.listen.listen_grace_period``: the agent and api listeners stop accepting (GOAWAY), the
+agents move to other kas instances make-before-break (at most ``routing.agent_move_timeout``; not at all for
+a lone kas), this kas' Redis entries go, the private listener stops accepting, and in-flight forwarded calls
+get what remains of ``routing.shutdown_grace_period``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from tether.kas.config import KasConfig
+from tether.kas.listeners import GrpcListeners
+from tether.kas.services import KasServices, State
+
+__all__ = ["drain"]
+
+log = logging.getLogger(__name__)
+
+#: Seconds a Redis read of the drain may take before it goes on without the answer.
+READ_TIMEOUT_S = 2.0
+
+
+async def _has_tunnels_elsewhere(state: State, own_url: str, agent_id: int) -> bool:
+    try:
+        urls = await asyncio.wait_for(state.tunnel_tracker.kas_urls(agent_id), READ_TIMEOUT_S)
+    except Exception:
+        return False  # then one tunnel moves and the others wait for the announcement
+    return any(url != own_url for url in urls)
+
+
+async def _other_instances(state: State, own_url: str) -> bool:
+    try:
+        listed = await asyncio.wait_for(state.instances.instances(), READ_TIMEOUT_S)
+    except Exception:
+        return True  # unknown: give the agents their chance to move
+    return any(info.private_api_url != own_url for info in listed)
+
+
+async def _move_agents(config: KasConfig, services: KasServices) -> None:
+    routing, state, own_url = config.routing, services.state, services.own_url
+    move_timeout = min(routing.agent_move_timeout, routing.shutdown_grace_period)
+    if not await _other_instances(state, own_url):
+        move_timeout = 0.0  # a lone kas: its agents have nowhere to move, waiting would only delay its stop
+    with contextlib.suppress(Exception):
+        await state.instances.clear()  # other kas stop discovering this one
+
+    async def moved(agent_id: int) -> bool:
+        return await _has_tunnels_elsewhere(state, own_url, agent_id)
+
+    unmoved = await services.routing.registry.drain(moved, move_timeout)
+    log.info("agents moved to other kas instances (%d had not within %.1f s)", unmoved, move_timeout)
+
+
+async def drain(config: KasConfig, services: KasServices, listeners: GrpcListeners) -> None:
+    """Stop the listeners and move the agents away as described in the module docstring."""
+    grace_s = config.routing.shutdown_grace_period
+    grace_ends = time.monotonic() + grace_s
+    # No new agent connections or hub calls from now on: they go to another kas.
+    stopping = [
+        asyncio.ensure_future(listeners.agent.stop(grace_s)),
+        asyncio.ensure_future(listeners.api.stop(grace_s)),
+    ]
+    await _move_agents(config, services)
+    await services.routing.registry.stop()
+    stopping.append(asyncio.ensure_future(listeners.private.stop(max(grace_ends - time.monotonic(), 0.0))))
+    state = services.state
+    await asyncio.gather(
+        state.tunnel_tracker.clear(), state.agent_tracker.clear(), state.instances.clear(), return_exceptions=True
+    )
+    await asyncio.gather(*stopping)

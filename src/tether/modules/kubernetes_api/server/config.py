@@ -1,0 +1,42 @@
+"""The ``agent.kubernetes_api`` section of kas' configuration (kas.md §5, §7): the Kubernetes API proxy."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+
+from tether.modserver.config import ListenCF, Section
+from tether.tool.durations import Duration
+
+
+class KubernetesApiListenCF(ListenCF):
+    """The Kubernetes API proxy's HTTP listener (kas.md §5.1); TLS when both certificate and key are set."""
+
+    address: str = "0.0.0.0:8154"
+    #: After SIGTERM, how long the listener still accepts requests (upstream ``listen_grace_period``).
+    listen_grace_period: Duration = 5.0
+    #: After SIGTERM, how long in-flight requests (watches, exec sessions) may continue before being cut.
+    shutdown_grace_period: Duration = 3600.0
+
+
+class KubernetesApiCF(Section):
+    """The Kubernetes API proxy (kas.md §5, §7 ``agent.kubernetes_api``); the section's absence turns it off."""
+
+    listen: KubernetesApiListenCF = KubernetesApiListenCF()
+    #: Requests must be under this path; it is stripped (keeping a leading ``/``) before forwarding.
+    url_path_prefix: str = "/"
+    #: How long a successful ``authorize_proxy_user`` answer is reused for the same credentials.
+    allowed_agent_cache_ttl: Duration = 60.0
+    #: How long a refusal (hub 401/403/404) is reused for the same credentials.
+    allowed_agent_cache_error_ttl: Duration = 10.0
+    #: Tether addition (issue 9 item 4): refused credentials per client address and minute, over every kas
+    #: sharing Redis, before the address gets 429 without a hub call; 0 turns the throttle off. Behind a proxy
+    #: or load balancer every client shares its address: raise the limit or throttle there.
+    failed_auth_per_source_per_minute: int = Field(default=60, ge=0)
+
+    @field_validator("url_path_prefix")
+    @classmethod
+    def _normalize_prefix(cls, value: str) -> str:
+        # kas.md §5.1: always normalised to end with "/".
+        if not value.startswith("/"):
+            raise ValueError(f"url_path_prefix {value!r} must start with '/'")
+        return value if value.endswith("/") else value + "/"
