@@ -32,8 +32,10 @@ proto:
 proto-check:
 	$(BIN)/python scripts/protogen.py --check
 
+# Two workers (the CI machine's cores): most tests wait on servers, not the CPU. tests/conftest.py says what runs
+# on one worker (a module; the real node and the fixed-port `tether up` tests together, first).
 pytest:
-	$(BIN)/pytest -p no:cacheprovider
+	$(BIN)/pytest -p no:cacheprovider -n 2 --no-loadscope-reorder
 
 # Container images of kas, agentk, the hub and the front proxy as OCI archives in ~/.cache/tether/images
 # (reused when unchanged).

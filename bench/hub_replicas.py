@@ -33,7 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.fixtures.hub_replicas import HubAddress, HubReplicas, Load, beyond_in_flight, rows, seed, sign_in
+from tests.fixtures.hub_replicas import HubAddress, HubReplicas, Load, beyond_in_flight, rows
 from tests.fixtures.system import System, write_private_secret
 from tether.devenv.postgres_server import PostgresServer
 
@@ -60,22 +60,10 @@ def run(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
         secret = write_private_secret(directory / "private_secret")
         system = System(directory, HubAddress(replicas.url, replicas.secret_file), secret, None, None)  # type: ignore[arg-type]
         admin_token = replicas.bootstrap()
-        path, agent_tokens = seed(replicas, admin_token)
         kas = system.kas(use_redis=False)
-        load = Load(
-            replicas.url,
-            admin_token,
-            sign_in(replicas.url, "root", admin_token),
-            path,
-            kas.agent_address.removeprefix("grpc://"),
-            agent_tokens,
-            workers=args.workers,
-        )
-
-        async def kill() -> None:
-            await asyncio.to_thread(replicas.kill, 0)  # type: ignore[union-attr]
-
-        window = asyncio.run(load.run(seconds=args.seconds, at=args.kill_at, action=kill))
+        load = Load.seeded(replicas, admin_token, kas.agent_address, workers=args.workers)
+        started = replicas
+        window = asyncio.run(load.run(seconds=args.seconds, at=args.kill_at, action=lambda: started.kill_off_loop(0)))
         failed = [o for o in load.outcomes if not o.ok]
         beyond = beyond_in_flight(load.outcomes, window)
         stored = asyncio.run(

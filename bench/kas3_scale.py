@@ -40,20 +40,17 @@ from typing import Any
 
 import redis
 import yaml
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.routing import BenchAgents, Caller, percentile, rss_kib
-from tests.fixtures.hub import HubLauncher, RealHub
+from tests.fixtures.hub import HubLauncher, RealHub, root_namespace, root_project
 from tests.fixtures.sentinel import SentinelRedis
 from tests.fixtures.system import TETHER, KasProc, System, http_get, write_private_secret
 from tether.devenv.postgres_server import PostgresServer
 from tether.devenv.process import ManagedProcess, free_port
 from tether.devenv.redis_server import HOST
 from tether.hub.db.agents import ClusterAgent, ClusterAgentToken
-from tether.hub.db.namespaces import Namespace, Project
-from tether.hub.db.users import User
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results" / "ha.json"
@@ -110,23 +107,9 @@ class Simulator:
 
 async def seed_agents(session: AsyncSession, tokens: list[tuple[str, int]]) -> None:
     """Agents (token, agent id) in projects of ten, in one transaction: one hub call per agent took 0.2 s."""
-    root = await session.scalar(select(User).where(User.username == "root"))
-    assert root is not None
-    namespace = await session.scalar(select(Namespace).where(Namespace.owner_id == root.id))
-    assert namespace is not None
+    root, namespace = await root_namespace(session)
     for project_id in sorted({agent_id // 10 for _, agent_id in tokens}):
-        path = f"project-{project_id}"
-        session.add(
-            Project(
-                id=project_id,
-                namespace_id=namespace.id,
-                name=path,
-                path=path,
-                full_path=f"{namespace.full_path}/{path}",
-                name_with_namespace=f"{namespace.full_name} / {path}",
-                creator_id=root.id,
-            )
-        )
+        session.add(root_project(root, namespace, project_id))
     await session.flush()
     session.add_all(ClusterAgent(id=agent_id, project_id=agent_id // 10, name=f"a{agent_id}") for _, agent_id in tokens)
     await session.flush()

@@ -11,7 +11,6 @@ import contextlib
 import hashlib
 import json
 import subprocess
-import sys
 import tarfile
 import time
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.deploy.test_charts import SERVER, named, render
-from tests.deploy.test_images import _image_config, _run, _runc, _runc_args
+from tests.deploy.test_images import _image_config, _run, _runc, _runc_args, build_image, unpack_image
 from tests.e2e.test_k8s_proxy import proxy_kubeconfig, run, wait_for
 from tests.fixtures.hub import RealHub
 from tests.fixtures.k8s import Kubectl
@@ -32,26 +31,14 @@ from tether.devenv.process import free_port, tcp_open
 SPEC = IMAGES["front-proxy"]
 
 
-def _build(*args: str) -> BuiltImage:
-    result = _run([sys.executable, "-m", "tether.devenv.images", "--json", *args, "front-proxy"])
-    assert result.returncode == 0, result.stderr
-    fields = json.loads(result.stdout)
-    return BuiltImage(**{**fields, "archive": Path(fields["archive"])})
-
-
 @pytest.fixture(scope="module")
 def image() -> BuiltImage:
-    return _build()
+    return build_image("front-proxy")
 
 
 @pytest.fixture(scope="module")
 def bundle(image: BuiltImage, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    work = tmp_path_factory.mktemp("front-proxy-image")
-    with tarfile.open(image.archive) as archive:
-        archive.extractall(work / "layout", filter="data")
-    result = _run(["umoci", "unpack", "--image", f"{work / 'layout'}:{image.reference}", str(work / "bundle")])
-    assert result.returncode == 0, result.stderr
-    return work / "bundle"
+    return unpack_image(image, tmp_path_factory.mktemp("front-proxy-image"))
 
 
 def _pod_mounts(tmp_path: Path, *values: str) -> dict[str, str]:
@@ -123,7 +110,7 @@ def test_the_image_has_no_shell_package_manager_or_python(bundle: Path) -> None:
 
 
 def test_rebuilding_gives_the_same_digest(image: BuiltImage) -> None:
-    again = _build("--force")
+    again = build_image("front-proxy", "--force")
     assert not again.cached
     assert again.digest == image.digest
 

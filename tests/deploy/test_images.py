@@ -33,28 +33,32 @@ def _run(args: list[str], cwd: Path | None = None) -> subprocess.CompletedProces
     return subprocess.run(args, cwd=cwd, capture_output=True, text=True, check=False, timeout=_TIMEOUT)
 
 
-def _build(*args: str) -> BuiltImage:
-    """``make images`` for agentk alone, in its own process as the Makefile runs it."""
-    result = _run([sys.executable, "-m", "tether.devenv.images", "--json", *args, "agentk"])
+def build_image(name: str, *args: str) -> BuiltImage:
+    """``make images`` for image ``name`` alone (e.g. ``agentk``), in its own process as the Makefile runs it."""
+    result = _run([sys.executable, "-m", "tether.devenv.images", "--json", *args, name])
     assert result.returncode == 0, result.stderr
     fields = json.loads(result.stdout)
     return BuiltImage(**{**fields, "archive": Path(fields["archive"])})
 
 
+def unpack_image(image: BuiltImage, work: Path) -> Path:
+    """``image`` unpacked by umoci under ``work``: ``rootfs/`` and the runtime ``config.json`` derived from the
+    image config; returns that bundle directory."""
+    with tarfile.open(image.archive) as archive:
+        archive.extractall(work / "layout", filter="data")
+    result = _run(["umoci", "unpack", "--image", f"{work / 'layout'}:{image.reference}", str(work / "bundle")])
+    assert result.returncode == 0, result.stderr
+    return work / "bundle"
+
+
 @pytest.fixture(scope="module")
 def agentk_image() -> BuiltImage:
-    return _build()
+    return build_image("agentk")
 
 
 @pytest.fixture(scope="module")
 def bundle(agentk_image: BuiltImage, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The image unpacked by umoci: ``rootfs/`` and the runtime ``config.json`` derived from the image config."""
-    work = tmp_path_factory.mktemp("agentk-image")
-    with tarfile.open(agentk_image.archive) as archive:
-        archive.extractall(work / "layout", filter="data")
-    result = _run(["umoci", "unpack", "--image", f"{work / 'layout'}:{agentk_image.reference}", str(work / "bundle")])
-    assert result.returncode == 0, result.stderr
-    return work / "bundle"
+    return unpack_image(agentk_image, tmp_path_factory.mktemp("agentk-image"))
 
 
 def _image_config(agentk_image: BuiltImage) -> dict:  # type: ignore[type-arg]
@@ -90,7 +94,7 @@ def test_the_runtime_image_has_no_shell_package_manager_or_compiler(bundle: Path
 
 
 def test_rebuilding_gives_the_same_digest(agentk_image: BuiltImage) -> None:
-    again = _build("--force")
+    again = build_image("agentk", "--force")
     assert not again.cached
     assert again.digest == agentk_image.digest
     assert again.uncompressed_bytes == agentk_image.uncompressed_bytes

@@ -25,10 +25,13 @@ from tether.pb.gitlab.agent.prototool import prototool_pb2
 pytestmark = pytest.mark.redis
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def hub_and_kas(
-    tmp_path: Path, redis_server: RedisServer, private_secret_file: Path
+    tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer, private_secret_file: Path
 ) -> Iterator[tuple[RealHub, KasProc, str]]:
+    """One hub and kas for the module (starting them and seeding forty workspaces is most of each test's time):
+    the tests only read, and the one stopping the hub starts it again."""
+    tmp_path = tmp_path_factory.mktemp("gitlab-access")
     launcher = HubLauncher(tmp_path, f"sqlite+aiosqlite:///{tmp_path / 'hub.db'}")
     hub = launcher.prepare()
     (tmp_path / "system").mkdir()

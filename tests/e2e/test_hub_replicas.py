@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.hub_replicas import HubAddress, HubReplicas, Load, Outcome, beyond_in_flight, rows, seed, sign_in
+from tests.fixtures.hub_replicas import HubAddress, HubReplicas, Load, Outcome, beyond_in_flight, rows
 from tests.fixtures.system import System
 from tether.hub.db import migrate
 
@@ -39,22 +39,10 @@ def test_a_hub_killed_under_load_loses_nothing(postgres_url: str, tmp_path: Path
 
         admin_token = replicas.bootstrap()
         marks["bootstrap"] = time.monotonic() - began
-        path, agent_tokens = seed(replicas, admin_token)
         kas = system.kas(use_redis=False)
         marks["kas"] = time.monotonic() - began
-        load = Load(
-            replicas.url,
-            admin_token,
-            sign_in(replicas.url, "root", admin_token),
-            path,
-            kas.agent_address.removeprefix("grpc://"),
-            agent_tokens,
-        )
-
-        async def kill() -> None:
-            await asyncio.to_thread(replicas.kill, 0)
-
-        kill_window = asyncio.run(load.run(seconds=LOAD_S, at=KILL_AT_S, action=kill))
+        load = Load.seeded(replicas, admin_token, kas.agent_address)
+        kill_window = asyncio.run(load.run(seconds=LOAD_S, at=KILL_AT_S, action=lambda: replicas.kill_off_loop(0)))
         killed_at = kill_window[1]
         outcomes = load.outcomes
 

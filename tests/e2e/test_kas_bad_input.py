@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -17,7 +18,9 @@ import pytest
 from tests.fixtures.hub import RealHub
 from tests.fixtures.system import KasProc, System
 from tests.support.peak_rss import peak_rss_mib, reset_peak_rss
+from tether.devenv import pki
 from tether.devenv.process import ProcessFailed, free_port
+from tether.devenv.redis_server import RedisServer
 from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2 as config_pb2
 from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2_grpc as config_grpc
 from tether.pb.gitlab.agent.agent_tracker.rpc import rpc_pb2 as tracker_pb2
@@ -31,10 +34,33 @@ TOKEN = "good-agent-token-123456"
 AGENT_ID = 41
 
 
+KAS_OVERRIDES = {"agent": {"listen": {"max_message_size": 65536}}}
+
+
 @pytest.fixture
 def kas(system: System, kas_hub: RealHub) -> KasProc:
     kas_hub.add_agent(TOKEN, AGENT_ID, 7)
-    return system.kas(use_redis=False, agent={"listen": {"max_message_size": 65536}})
+    return system.kas(use_redis=False, **KAS_OVERRIDES)
+
+
+@pytest.fixture(scope="module")
+def refusing_kas(
+    tmp_path_factory: pytest.TempPathFactory,
+    kas_hub: RealHub,
+    private_secret_file: Path,
+    redis_server: RedisServer,
+    proxy_tls: pki.ClusterPki,
+) -> Iterator[KasProc]:
+    """One kas (as ``kas``) for the tests that send it one refused call each and then check it kept nothing
+    (:func:`assert_no_leaks`): starting a kas per case was most of their time, and a shared one also shows
+    what any case left behind to the cases after it."""
+    kas_hub.add_agent(TOKEN, AGENT_ID, 7)
+    directory = tmp_path_factory.mktemp("refusing-kas")
+    system = System(directory, kas_hub, private_secret_file, None, redis_server, proxy_tls)
+    try:
+        yield system.kas(use_redis=False, **KAS_OVERRIDES)
+    finally:
+        system.stop_all()
 
 
 def _bearer(token: str) -> tuple[tuple[str, str], ...]:
@@ -83,7 +109,8 @@ async def _tracker_call(kas: KasProc, token: str) -> grpc.aio.AioRpcError | None
         ("not a jwt", lambda s: "garbage"),
     ],
 )
-async def test_api_listener_checks_jwt(kas: KasProc, case: str, make_token) -> None:  # type: ignore[no-untyped-def]
+async def test_api_listener_checks_jwt(refusing_kas: KasProc, case: str, make_token) -> None:  # type: ignore[no-untyped-def]
+    kas = refusing_kas
     error = await _tracker_call(kas, make_token(_api_secret(kas)))
     if case == "valid":
         assert error is None
@@ -120,8 +147,9 @@ async def _private_call(kas: KasProc, metadata: tuple[tuple[str, str], ...]) -> 
     ],
 )
 async def test_private_api_rejects(  # type: ignore[no-untyped-def]
-    kas: KasProc, case: str, secret_of: str, issuer: str, routing: str | None, code, text: str
+    refusing_kas: KasProc, case: str, secret_of: str, issuer: str, routing: str | None, code, text: str
 ) -> None:
+    kas = refusing_kas
     secret = _api_secret(kas) if secret_of == "api" else _private_secret(kas)
     metadata = _bearer(mint(secret, issuer, AUDIENCE_KAS, 5))
     if routing is not None:
@@ -250,11 +278,14 @@ async def _raw_call(
         ("api", GET_CONNECTED_AGENTS, "unary_unary"),
     ],
 )
-async def test_oversize_message_is_refused_on_every_shape(kas: KasProc, listener: str, method: str, shape: str) -> None:
+async def test_oversize_message_is_refused_on_every_shape(
+    refusing_kas: KasProc, listener: str, method: str, shape: str
+) -> None:
     """Received messages over ``max_message_size`` get Core's status on every listener and RPC shape.
 
     gRPC Core refuses them on the length prefix (tether.tool.grpc_size); the memory test is below.
     """
+    kas = refusing_kas
     if listener == "agent":
         target, metadata = kas.agent_address.removeprefix("grpc://"), _bearer(TOKEN)
     else:
