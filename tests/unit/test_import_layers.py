@@ -4,6 +4,11 @@ Layers, highest first: the ``cli`` entry point; the dev environment (with ``teth
 (``kas``, ``agentk``, ``hub``) -> ``modules`` -> the shared layer (``modserver``, ``modagent``,
 ``modshared``, ``tunnel``, ``kube``) -> ``tool`` and the generated ``pb``. A package imports only from its
 own layer or below; the graph between packages has no cycle.
+
+Inside the hub, layers again (``HUB_LAYERS``): entry points (``command``, ``cli``) -> the server -> the ASGI
+``app`` that assembles the rest -> the browser ``console`` -> the REST/GraphQL/internal ``api`` -> the
+``workspaces`` rules -> the ``service`` layer -> storage and the hub's small shared files (``db``, ``config``,
+``errors``, ...). ``api``, ``console`` and ``workspaces`` import each other in that one direction only.
 """
 
 from __future__ import annotations
@@ -47,6 +52,18 @@ RUNTIME = (
     "tether.tool",
 )
 DEV = ("tether.devenv",)
+#: The hub's own layers, highest first; a hub module not listed (``db``, ``config``, ``errors``...) is layer 0.
+HUB_LAYERS: dict[str, int] = {
+    "tether.hub.command": 8,
+    "tether.hub.cli": 7,
+    "tether.hub.server": 6,
+    "tether.hub.app": 5,
+    "tether.hub.console": 4,
+    "tether.hub.api": 3,
+    "tether.hub.workspaces": 2,
+    "tether.hub.service": 1,
+    "tether.hub": 0,
+}
 
 
 def _module_name(path: Path) -> str:
@@ -85,6 +102,11 @@ def _owner(module: str, table: dict[str, int] | tuple[str, ...]) -> str:
     """The longest entry of ``table`` that is ``module`` or a package above it."""
     candidates = [key for key in table if module == key or module.startswith(key + ".")]
     return max(candidates, key=len) if candidates else ""
+
+
+def _hub_package(module: str) -> str:
+    """``tether.hub.<name>``: the hub's subpackage or top-level file holding ``module``."""
+    return ".".join(module.split(".")[:3])
 
 
 def _package(module: str) -> str:
@@ -161,6 +183,33 @@ def test_no_cycle_between_packages() -> None:
     for module, targets in _graph(top_level_only=False).items():
         edges = packages.setdefault(_package(module), set())
         edges.update(_package(t) for t in targets if _package(t) != _package(module))
+    assert _cycles(packages) == []
+
+
+def test_the_hub_imports_only_its_own_layer_or_below() -> None:
+    graph = _graph(top_level_only=False)
+    assert "tether.hub.api.app" not in graph, "the app assembles api and console: it sits above both"
+    wrong = [
+        f"{module} (hub layer {HUB_LAYERS[_owner(module, HUB_LAYERS)]}) imports {target} "
+        f"(hub layer {HUB_LAYERS[_owner(target, HUB_LAYERS)]})"
+        for module, targets in graph.items()
+        if _owner(module, ("tether.hub",))
+        for target in targets
+        if _owner(target, ("tether.hub",))
+        and HUB_LAYERS[_owner(target, HUB_LAYERS)] > HUB_LAYERS[_owner(module, HUB_LAYERS)]
+    ]
+    assert wrong == []
+
+
+def test_no_cycle_between_the_hubs_packages() -> None:
+    packages: dict[str, set[str]] = {}
+    for module, targets in _graph(top_level_only=False).items():
+        if not module.startswith("tether.hub."):
+            continue
+        edges = packages.setdefault(_hub_package(module), set())
+        edges.update(
+            _hub_package(t) for t in targets if t.startswith("tether.hub.") and _hub_package(t) != _hub_package(module)
+        )
     assert _cycles(packages) == []
 
 
