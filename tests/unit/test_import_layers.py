@@ -178,6 +178,31 @@ def test_modules_never_import_a_process() -> None:
     assert wrong == []
 
 
+#: A module's halves, each named by the process it runs in; none imports another (what they share sits beside
+#: them, e.g. ``remote_development/protocol.py``).
+HALVES = ("agent", "server", "hub")
+
+
+def test_a_modules_halves_never_import_each_other() -> None:
+    def half(module: str) -> tuple[str, str] | None:
+        parts = module.split(".")
+        return (
+            (parts[2], parts[3])
+            if parts[:2] == ["tether", "modules"] and len(parts) > 3 and parts[3] in HALVES
+            else None
+        )
+
+    graph = _graph(top_level_only=False)
+    assert {half(m) for m in graph} >= {("remote_development", "hub"), ("remote_development", "agent")}
+    wrong = [
+        f"{module} imports {target}"
+        for module, targets in graph.items()
+        for target in targets
+        if (mine := half(module)) and (theirs := half(target)) and mine[0] == theirs[0] and mine[1] != theirs[1]
+    ]
+    assert wrong == []
+
+
 def test_no_cycle_between_packages() -> None:
     packages: dict[str, set[str]] = {}
     for module, targets in _graph(top_level_only=False).items():

@@ -13,7 +13,7 @@ import yaml
 from tether.devenv.oci import WORKSPACE_IMAGE
 from tether.devenv.up import WORKSPACES_DNS_ZONE, demo_configuration
 from tether.hub.config import ConfigError, load_config
-from tether.modules.remote_development.devfile import DEFAULT_DEVFILE, default_devfile, parse_devfile
+from tether.modules.remote_development.hub.devfile import DEFAULT_DEVFILE, default_devfile, parse_devfile
 
 
 def test_a_first_start_enables_workspaces_and_user_access() -> None:

@@ -42,7 +42,7 @@ from tether.hub.errors import BadRequest, Forbidden, HubError, NotFound
 from tether.hub.service.principal import SCOPE_API, SCOPE_READ_API, Principal
 from tether.hub.workspaces import listing, operations
 from tether.hub.workspaces.address import address
-from tether.modules.remote_development.devfile import DEFAULT_DEVFILE
+from tether.modules.remote_development.hub.devfile import DEFAULT_DEVFILE
 
 log = logging.getLogger(__name__)
 NO_ACCESS = (

@@ -26,13 +26,12 @@ import msgspec
 
 from tether import __version__
 from tether.modules.remote_development import AGENT_ID_LABEL, WORKSPACE_ID_LABEL
-from tether.modules.remote_development.devfile import Devfile
-from tether.modules.remote_development.rules import Inclusion, replicas_for
-from tether.modules.remote_development.settings import WorkspacesSettings
+from tether.modules.remote_development.hub.devfile import Devfile
+from tether.modules.remote_development.hub.rules import Inclusion, replicas_for
+from tether.modules.remote_development.hub.settings import WorkspacesSettings
+from tether.modules.remote_development.protocol import INVENTORY_ID_LABEL, OWNING_INVENTORY
 from tether.modules.remote_development.states import State
 
-INVENTORY_ID_LABEL = "cli-utils.sigs.k8s.io/inventory-id"
-OWNING_INVENTORY = "config.k8s.io/owning-inventory"
 HOST_TEMPLATE = "workspaces.gitlab.com/host-template"
 WORKSPACE_ID_ANNOTATION = "workspaces.gitlab.com/id"
 MAX_RESOURCES_SHA = "workspaces.gitlab.com/max-resources-per-workspace-sha256"
