@@ -48,12 +48,12 @@ from bench.routing import BenchAgents, Caller, percentile, rss_kib
 from tests.fixtures.hub import HubLauncher, RealHub
 from tests.fixtures.sentinel import SentinelRedis
 from tests.fixtures.system import TETHER, KasProc, System, http_get, write_private_secret
-from tether.devenv.postgres_server import PostgresServer
-from tether.devenv.process import ManagedProcess, free_port
-from tether.devenv.redis_server import HOST
 from tether.hub.db.agents import ClusterAgent, ClusterAgentToken
 from tether.hub.db.namespaces import Namespace, Project
 from tether.hub.db.users import User
+from tether_devenv.postgres_server import PostgresServer
+from tether_devenv.process import ManagedProcess, free_port
+from tether_devenv.redis_server import HOST
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results" / "ha.json"

@@ -26,8 +26,8 @@ import grpc
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.fixtures.hub import RunningHub
 from tests.fixtures.system import KasProc, System, write_private_secret
-from tether.devenv.redis_server import RedisServer
 from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_GITLAB, mint
+from tether_devenv.redis_server import RedisServer
 
 RESULTS = Path(__file__).parent / "results" / "routing.json"
 HERE = Path(__file__).parent

@@ -22,10 +22,10 @@ import pytest
 
 from tests.support.polling import poll
 from tests.support.tcp_proxy import TcpRelay
-from tether.devenv.cluster import ClusterInfo
 from tether.kube.client import KubeApiError, KubeClient
 from tether.kube.kubeconfig import load_credentials
 from tether.kube.lease import LeaderElector, workload_owner
+from tether_devenv.cluster import ClusterInfo
 
 pytestmark = pytest.mark.k8s
 

@@ -15,16 +15,20 @@ from __future__ import annotations
 
 import ast
 import functools
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).resolve().parents[2] / "src"
+ROOT = Path(__file__).resolve().parents[2]
+SRC = ROOT / "src"
+#: The development environment, its own package (devenv/pyproject.toml) outside the runtime wheel.
+DEVENV_SRC = ROOT / "devenv" / "src"
 
 LAYERS: dict[str, int] = {
     "tether.cli": 5,
-    "tether.devenv": 4,
+    "tether_devenv": 4,
     "tether.kas": 3,
     "tether.agentk": 3,
     "tether.hub": 3,
@@ -51,7 +55,7 @@ RUNTIME = (
     "tether.kube",
     "tether.tool",
 )
-DEV = ("tether.devenv",)
+DEV = ("tether_devenv",)
 #: The hub's own layers, highest first; a hub module not listed (``db``, ``config``, ``errors``...) is layer 0.
 HUB_LAYERS: dict[str, int] = {
     "tether.hub.command": 8,
@@ -66,15 +70,20 @@ HUB_LAYERS: dict[str, int] = {
 }
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(SRC).with_suffix("").parts)
+def _module_name(path: Path, base: Path) -> str:
+    parts = list(path.relative_to(base).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
 def _modules() -> dict[str, Path]:
-    return {_module_name(p): p for p in SRC.joinpath("tether").rglob("*.py") if "/pb/" not in p.as_posix()}
+    return {
+        _module_name(p, base): p
+        for base, package in ((SRC, "tether"), (DEVENV_SRC, "tether_devenv"))
+        for p in base.joinpath(package).rglob("*.py")
+        if "/pb/" not in p.as_posix()
+    }
 
 
 def _imports(path: Path, *, top_level_only: bool) -> Iterator[str]:
@@ -154,6 +163,15 @@ def test_the_scan_sees_the_processes_and_modules() -> None:
     graph = _graph(top_level_only=False)
     assert "tether.kas.modules" in graph["tether.kas.app"]
     assert "tether.modules.pods.server" in graph["tether.kas.modules"]
+    assert "tether_devenv.cluster" in graph["tether_devenv.up"]
+
+
+def test_the_runtime_package_holds_no_dev_environment() -> None:
+    """Everything under src/tether goes into the runtime wheel (pyproject.toml); the dev environment is beside it."""
+    wheel = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["targets"]["wheel"]
+    assert wheel["packages"] == ["src/tether"]
+    assert not SRC.joinpath("tether", "devenv").exists()
+    assert not [p for p in SRC.joinpath("tether").rglob("*.py") if "devenv" in p.as_posix()]
 
 
 def test_every_package_imports_only_its_own_layer_or_below() -> None:
@@ -167,7 +185,7 @@ def test_every_package_imports_only_its_own_layer_or_below() -> None:
 
 
 def test_modules_never_import_a_process() -> None:
-    processes = ("tether.kas", "tether.agentk", "tether.hub", "tether.cli", "tether.devenv")
+    processes = ("tether.kas", "tether.agentk", "tether.hub", "tether.cli", "tether_devenv")
     wrong = [
         f"{module} imports {target}"
         for module, targets in _graph(top_level_only=False).items()

@@ -19,7 +19,6 @@ from aiohttp import web
 from google.rpc import status_pb2
 
 from tests.fixtures.hub import RealHub
-from tether.devenv.process import free_port
 from tether.kube.kubeconfig import KubeCredentials
 from tether.modserver.config import KubernetesApiCF, KubernetesApiListenCF
 from tether.modserver.gitlab_client import GitlabClient
@@ -30,6 +29,7 @@ from tether.pb.gitlab.agent.grpctool import grpctool_pb2
 from tether.pb.gitlab.agent.kubernetes_api.rpc import rpc_pb2
 from tether.pb.gitlab.agent.prototool import prototool_pb2
 from tether.tunnel.server.router import CallerSide, RoutingError
+from tether_devenv.process import free_port
 
 API_AGENT, RAW_AGENT, ABSENT_AGENT = 901, 902, 903
 #: Served by the same stand-in API server as API_AGENT; configured with ``access_as: user`` (project 78).

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from tether.devenv.tools_image import GL_TOOLS_DIR, TOOLS_IMAGE
 from tether.hub.db.workspaces import Workspace
 from tether.hub.workspaces.access import exposed_ports
 from tether.hub.workspaces.address import address, editor_base_path
@@ -27,6 +26,7 @@ from tether.modules.remote_development.hub.devfile import DEFAULT_DEVFILE, Devfi
 from tether.modules.remote_development.hub.rules import Inclusion
 from tether.modules.remote_development.hub.settings import WorkspacesSettings
 from tether.modules.workspace_access.rpc.headers import response_headers
+from tether_devenv.tools_image import GL_TOOLS_DIR, TOOLS_IMAGE
 
 WITH_COMMAND = """schemaVersion: 2.2.0
 components:
