@@ -16,12 +16,12 @@ bootstrap:
 check: lint typecheck proto-check
 
 lint:
-	$(BIN)/ruff check src tests scripts bench
-	$(BIN)/ruff format --check src tests scripts bench
+	$(BIN)/ruff check src devenv tests scripts bench
+	$(BIN)/ruff format --check src devenv tests scripts bench
 
 format:
-	$(BIN)/ruff check --fix src tests scripts bench
-	$(BIN)/ruff format src tests scripts bench
+	$(BIN)/ruff check --fix src devenv tests scripts bench
+	$(BIN)/ruff format src devenv tests scripts bench
 
 typecheck:
 	$(BIN)/mypy
@@ -40,8 +40,8 @@ pytest:
 # Container images of kas, agentk, the hub and the front proxy as OCI archives in ~/.cache/tether/images
 # (reused when unchanged).
 images: bootstrap
-	$(BIN)/python -m tether.devenv.images
-	$(BIN)/python -m tether.devenv.tools_image
+	$(BIN)/python -m tether_devenv.images
+	$(BIN)/python -m tether_devenv.tools_image
 
 bench: bootstrap
 	$(BIN)/python bench/testenv.py

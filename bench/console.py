@@ -2,7 +2,7 @@
 
 Usage: ``uv run python bench/console.py [--changes N]``
 
-* A private cluster (``tether.devenv``, 4 kwok nodes) with the 5,000-object namespace of ``bench/graph.py``
+* A private cluster (``tether_devenv``, 4 kwok nodes) with the 5,000-object namespace of ``bench/graph.py``
   (200 Deployments x 15 replicas -> 200 ReplicaSets and 3,000 Pods, plus ConfigMaps, Secrets, Services).
 * The real path a user takes: the hub (SQLite), a real kas and ``tether agentk``; Debian's Chromium (headless,
   Playwright) signs in to the console and opens the graph page on that namespace, for the resources
@@ -46,8 +46,8 @@ from graph import QUERY, Api, populate
 
 from tests.fixtures.hub import HubLauncher
 from tests.fixtures.system import System, write_private_secret
-from tether.devenv import pki
-from tether.devenv.cluster import LocalCluster
+from tether_devenv import pki
+from tether_devenv.cluster import LocalCluster
 
 RESULTS = ROOT / "bench" / "results" / "console.json"
 NAMESPACE = "bench-5k"

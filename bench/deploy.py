@@ -32,8 +32,8 @@ from pathlib import Path
 
 from tests.fixtures.k8s import Kubectl, cluster_assets
 from tests.support import helm_deploy as hd
-from tether.devenv.cluster import LocalCluster
-from tether.devenv.oci import BUSYBOX_IMAGE
+from tether_devenv.cluster import LocalCluster
+from tether_devenv.oci import BUSYBOX_IMAGE
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "deploy.json"
@@ -53,7 +53,7 @@ def record(figures: dict[str, tuple[float, str]]) -> None:
 
 
 def image_sizes(force: bool, names: list[str]) -> None:
-    args = [sys.executable, "-m", "tether.devenv.images", "--json", *(["--force"] if force else []), *names]
+    args = [sys.executable, "-m", "tether_devenv.images", "--json", *(["--force"] if force else []), *names]
     out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
     figures: dict[str, tuple[float, str]] = {}
     for line in out.splitlines():

@@ -2,7 +2,7 @@
 
 Usage: ``uv run python bench/footprint.py [--runs N]``
 
-Each run is ``tether up``'s own start-up (``tether.devenv.up.bring_up``): the hub on SQLite, one kas with
+Each run is ``tether up``'s own start-up (``tether_devenv.up.bring_up``): the hub on SQLite, one kas with
 its state in memory (the embedded default), one agentk registered through the hub and connected (its
 readiness probe says a configuration arrived and a tunnel is up), against one local cluster started once
 for all runs. After a 5 s settle, ``VmRSS`` of each process is read from ``/proc``.
@@ -42,8 +42,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.support.loaded_modules import loaded_modules, probe_environment
 from tests.support.runtime_venv import build_runtime_venv
-from tether.devenv.cluster import LocalCluster
-from tether.devenv.up import TETHER, Running, UpOptions, bring_up
+from tether_devenv.cluster import LocalCluster
+from tether_devenv.up import TETHER, Running, UpOptions, bring_up
 
 RESULTS = Path(__file__).parent / "results" / "footprint.json"
 SETTLE_S = 5.0

@@ -5,7 +5,7 @@ Usage (one command; see docs/benchmarks.md)::
     uv run python bench/graph.py                       # 5,000, 20,000 and 50,000 objects
     uv run python bench/graph.py --sizes 5000          # a quick run
 
-* A private cluster (``tether.devenv``, kwok nodes) receives the benchmark graph: per 5,000 objects 200
+* A private cluster (``tether_devenv``, kwok nodes) receives the benchmark graph: per 5,000 objects 200
   Deployments x 15 replicas (200 ReplicaSets, 3,000 Pods), about 1,000 ConfigMaps, 400 Secrets and 200
   Services, in namespaces that add up to each size (``bench-5k``; ``bench-15k``; ``bench-30k``). Before
   each measurement the bench waits until every Pod is Running and the cluster is quiet: the API server's
@@ -49,8 +49,8 @@ import msgspec
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.fixtures.hub import RunningHub
 from tests.fixtures.system import System, write_private_secret
-from tether.devenv import pki
-from tether.devenv.cluster import ClusterInfo, LocalCluster
+from tether_devenv import pki
+from tether_devenv.cluster import ClusterInfo, LocalCluster
 
 RESULTS = Path(__file__).parent / "results" / "graph.json"
 QUERY = (

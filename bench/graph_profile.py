@@ -30,12 +30,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.graph import QUERY, Api, populate
-from tether.devenv.cluster import LocalCluster
 from tether.kube.client import KubeClient
 from tether.kube.kubeconfig import load_credentials
 from tether.modules.graph.engine.engine import EngineOptions, GraphEngine
 from tether.modules.graph.engine.request import parse_request
 from tether.modules.graph.rpc.wire import response_to_json, response_to_proto
+from tether_devenv.cluster import LocalCluster
 
 
 async def _cluster(directory: Path, objects: int) -> None:

@@ -61,8 +61,8 @@ from tests.fixtures import system as system_fixture
 from tests.fixtures.hub import RunningHub
 from tests.fixtures.system import KasProc, System, write_private_secret
 from tests.support.runtime_venv import build_runtime_venv
-from tether.devenv import pki
-from tether.devenv.redis_server import RedisServer
+from tether_devenv import pki
+from tether_devenv.redis_server import RedisServer
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent

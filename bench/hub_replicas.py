@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.fixtures.hub_replicas import HubAddress, HubReplicas, Load, beyond_in_flight, rows
 from tests.fixtures.system import System, write_private_secret
-from tether.devenv.postgres_server import PostgresServer
+from tether_devenv.postgres_server import PostgresServer
 
 RESULTS = ROOT / "bench" / "results" / "ha.json"
 MINE = (

@@ -47,11 +47,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.fixtures.hub import HubLauncher
 from tests.fixtures.system import System, write_private_secret
 from tests.interop.harness import Interop, answers_200
-from tether.devenv import pki, upstream
-from tether.devenv.assets import locate
-from tether.devenv.cluster import LocalCluster, write_kubeconfig
-from tether.devenv.process import free_port
-from tether.devenv.redis_server import RedisServer
+from tether_devenv import pki, upstream
+from tether_devenv.assets import locate
+from tether_devenv.cluster import LocalCluster, write_kubeconfig
+from tether_devenv.process import free_port
+from tether_devenv.redis_server import RedisServer
 
 RESULTS = Path(__file__).parent / "results" / "interop.json"
 ACCESS = "user_access:\n  access_as:\n    agent: {}\n  projects:\n    - id: platform/clusters\n"

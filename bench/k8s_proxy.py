@@ -26,10 +26,10 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.fixtures.hub import RunningHub
 from tests.fixtures.system import System, write_private_secret
-from tether.devenv import pki
-from tether.devenv.assets import locate
-from tether.devenv.cluster import LocalCluster, write_kubeconfig
-from tether.devenv.redis_server import RedisServer
+from tether_devenv import pki
+from tether_devenv.assets import locate
+from tether_devenv.cluster import LocalCluster, write_kubeconfig
+from tether_devenv.redis_server import RedisServer
 
 RESULTS = Path(__file__).parent / "results" / "k8s_proxy.json"
 AGENT_ID = 601

@@ -47,10 +47,10 @@ from bench.routing import BenchAgents, Caller, percentile, rss_kib
 from tests.fixtures.hub import HubLauncher, RealHub, root_namespace, root_project
 from tests.fixtures.sentinel import SentinelRedis
 from tests.fixtures.system import TETHER, KasProc, System, http_get, write_private_secret
-from tether.devenv.postgres_server import PostgresServer
-from tether.devenv.process import ManagedProcess, free_port
-from tether.devenv.redis_server import HOST
 from tether.hub.db.agents import ClusterAgent, ClusterAgentToken
+from tether_devenv.postgres_server import PostgresServer
+from tether_devenv.process import ManagedProcess, free_port
+from tether_devenv.redis_server import HOST
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results" / "ha.json"

@@ -32,10 +32,10 @@ from google.protobuf import any_pb2
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.fixtures.hub import RunningHub
 from tests.fixtures.system import KasProc, System, write_private_secret
-from tether.devenv.redis_server import RedisServer
 from tether.pb.gitlab.agent.event.event_pb2 import TunnelsAvailable
 from tether.tool.events import events_channel
 from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_GITLAB, mint
+from tether_devenv.redis_server import RedisServer
 
 RESULTS = Path(__file__).parent / "results" / "routing.json"
 HERE = Path(__file__).parent

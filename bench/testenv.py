@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tether.devenv.build import build
-from tether.devenv.cluster import LocalCluster
+from tether_devenv.build import build
+from tether_devenv.cluster import LocalCluster
 
 RESULTS = Path(__file__).parent / "results" / "testenv.json"
 

@@ -33,10 +33,10 @@ from tests.fixtures.hub import RunningHub
 from tests.fixtures.netns import EDITOR_PORT, start_in_netns, stop_netns
 from tests.fixtures.system import System, write_private_secret
 from tests.support.workspace_access import ZONE, ZoneResolver, seed_workspace, service_manifest, workspaces_section
-from tether.devenv.assets import locate
-from tether.devenv.cluster import LocalCluster
-from tether.devenv.process import free_port
-from tether.devenv.redis_server import RedisServer
+from tether_devenv.assets import locate
+from tether_devenv.cluster import LocalCluster
+from tether_devenv.process import free_port
+from tether_devenv.redis_server import RedisServer
 
 RESULTS = Path(__file__).parent / "results" / "workspace_access.json"
 AGENT_ID, PROJECT_ID = 1301, 1301

@@ -43,8 +43,8 @@ from tests.node.editor_stack import (
     open_link,
     terminal_round_trips,
 )
-from tether.devenv.cluster import LocalCluster
-from tether.devenv.redis_server import RedisServer
+from tether_devenv.cluster import LocalCluster
+from tether_devenv.redis_server import RedisServer
 
 RESULTS = Path(__file__).parent / "results" / "workspaces.json"
 

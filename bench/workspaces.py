@@ -2,7 +2,7 @@
 
 Usage: ``uv run python bench/workspaces.py [--rss-workspaces 1000] [--samples 5]``
 
-Set-up: a private cluster (``tether.devenv``), the hub (SQLite), ``tether kas`` and, for the end-to-end
+Set-up: a private cluster (``tether_devenv``), the hub (SQLite), ``tether kas`` and, for the end-to-end
 figures, ``tether agentk`` with the agent's default intervals (partial 10 s, full 1 h).
 
 * ``partial_reconcile_1000_ms`` (p50): agentk's request path without agentk: a partial reconcile reporting
@@ -40,13 +40,13 @@ from tests.fixtures.hub import HubLauncher, RealHub
 from tests.fixtures.system import System, write_private_secret
 from tests.hub.helpers import kas_config, project_with_agent
 from tests.hub.workspace_helpers import CREATE, DEVFILE, graphql
-from tether.devenv.assets import locate
-from tether.devenv.cluster import LocalCluster
 from tether.hub.service.principal import Principal
 from tether.hub.workspaces import operations
 from tether.kube.client import KubeClient
 from tether.kube.kubeconfig import load_credentials
 from tether.modagent.gitlab_request import make_gitlab_request
+from tether_devenv.assets import locate
+from tether_devenv.cluster import LocalCluster
 
 RESULTS = Path(__file__).parent / "results" / "workspaces.json"
 CONFIG = "remote_development:\n  enabled: true\n  dns_zone: workspaces.example.com\n"

@@ -28,7 +28,7 @@ dpkg-query -W -f="\${Status}" busybox-static 2>/dev/null | grep -q "ok installed
 command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
 command -v umoci >/dev/null 2>&1 || missing+=(umoci)
 command -v strip >/dev/null 2>&1 || missing+=(binutils)
-# The workspace tools-injector image (tether.devenv.tools_image): its Python loads the loader it ships.
+# The workspace tools-injector image (tether_devenv.tools_image): its Python loads the loader it ships.
 command -v patchelf >/dev/null 2>&1 || missing+=(patchelf)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "bootstrap: installing Debian packages: ${missing[*]}"
@@ -63,7 +63,7 @@ python3 -m uv sync --frozen --quiet --python python3.11
 .venv/bin/tether dev cluster build
 
 # helm, built from its Go module once per machine (cached under ~/.cache/tether/helm): the charts' tests use it.
-.venv/bin/python -m tether.devenv.helm
+.venv/bin/python -m tether_devenv.helm
 
 # Builds upstream GitLab kas, agentk and glab from ../shared/upstream once per machine (cached under
 # ~/.cache/tether/upstream), the peers of the interop tests; prints progress, returns at once when cached.

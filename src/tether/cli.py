@@ -1,8 +1,9 @@
 """The ``tether`` command line: one console script with a sub-command per process and tool.
 
 Sub-commands are imported on first use, so ``tether agentk`` loads agentk and nothing else (no hub, no
-development environment). Commands whose dependencies come with an optional extra say which one to
-install when it is missing.
+development environment). Commands whose dependencies are not installed say what to install: an optional
+extra, or for ``up`` and ``dev`` the development environment, its own package (``devenv/`` in the
+repository, never in the runtime wheel).
 """
 
 from __future__ import annotations
@@ -14,15 +15,18 @@ import click
 
 from tether import __version__
 
-#: Command name -> (module, attribute, the extra that brings its dependencies or None).
+_HUB = "pip install 'tether[hub]'"
+_CLIENT = "pip install 'tether[client]'"
+_DEVENV = "pip install -e ./devenv (in a Tether clone; `make up` installs it)"
+#: Command name -> (module, attribute, what installs its dependencies, or None: they come with the package).
 COMMANDS: dict[str, tuple[str, str, str | None]] = {
     "kas": ("tether.kas.command", "kas_command", None),
     "agentk": ("tether.agentk.command", "agentk_command", None),
-    "hub": ("tether.hub.command", "hub", "hub"),
-    "graph": ("tether.modules.graph.client.command", "graph_command", "client"),
-    "workspace": ("tether.modules.remote_development.client.command", "workspace_command", "client"),
-    "up": ("tether.devenv.up", "up", "devenv"),
-    "dev": ("tether.devenv.commands", "dev", "devenv"),
+    "hub": ("tether.hub.command", "hub", _HUB),
+    "graph": ("tether.modules.graph.client.command", "graph_command", _CLIENT),
+    "workspace": ("tether.modules.remote_development.client.command", "workspace_command", _CLIENT),
+    "up": ("tether_devenv.up", "up", _DEVENV),
+    "dev": ("tether_devenv.commands", "dev", _DEVENV),
 }
 
 
@@ -33,20 +37,20 @@ class _LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in COMMANDS:
             return None
-        module, attribute, extra = COMMANDS[cmd_name]
+        module, attribute, install = COMMANDS[cmd_name]
         try:
             command = getattr(importlib.import_module(module), attribute)
         except ModuleNotFoundError as exc:
-            if extra is None or (exc.name or "").startswith("tether"):
-                raise
-            return _missing_extra(cmd_name, extra, exc.name or "?")
+            missing = exc.name or "?"
+            if install is None or missing == "tether" or missing.startswith("tether."):
+                raise  # a module of the runtime package itself: a broken installation, not a missing extra
+            return _missing_extra(cmd_name, install, missing)
         assert isinstance(command, click.Command)
         return command
 
 
-def _missing_extra(cmd_name: str, extra: str, missing: str) -> click.Command:
+def _missing_extra(cmd_name: str, install: str, missing: str) -> click.Command:
     """A stand-in for a command whose optional dependencies are not installed: it says what to install."""
-    install = f"pip install 'tether[{extra}]'"
 
     def fail() -> None:
         raise click.ClickException(f"`tether {cmd_name}` needs the optional dependency {missing!r}: {install}")
@@ -77,9 +81,9 @@ def main() -> None:
         sys.exit(exc.exit_code)
     except Exception as exc:
         # Set-up problems can only come from the development environment, so it is only consulted once loaded.
-        if "tether.devenv" not in sys.modules:
+        if "tether_devenv" not in sys.modules:
             raise
-        from tether.devenv.commands import report_setup_problem  # noqa: PLC0415 (loaded only with devenv)
+        from tether_devenv.commands import report_setup_problem  # noqa: PLC0415 (loaded only with devenv)
 
         if not report_setup_problem(exc):
             raise

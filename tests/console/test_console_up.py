@@ -18,7 +18,7 @@ from playwright.sync_api import Browser, expect
 from tests.console.browser import new_page, shot, sign_in
 from tests.fixtures.system import TETHER
 from tests.support.polling import poll_sync
-from tether.devenv.assets import AssetsMissing, locate
+from tether_devenv.assets import AssetsMissing, locate
 
 pytestmark = pytest.mark.k8s
 

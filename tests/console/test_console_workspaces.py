@@ -23,7 +23,7 @@ from tests.fixtures.k8s import ClusterInfo, Kubectl
 from tests.fixtures.system import KasProc, System
 from tests.hub.helpers import Setup, kas_config, project_with_agent
 from tests.hub.workspace_helpers import DEVFILE, RD_CONFIG, volumes
-from tether.devenv.redis_server import RedisServer
+from tether_devenv.redis_server import RedisServer
 
 pytestmark = [pytest.mark.k8s, pytest.mark.redis]
 

@@ -21,13 +21,13 @@ import yaml
 from tests.fixtures.k8s import Kubectl
 from tether import __version__
 from tether.agentk.command import agentk_command
-from tether.devenv.assets import K8S_VERSION
-from tether.devenv.front_proxy import TEMPLATE, FrontProxyParameters, haproxy_binary, render_config
-from tether.devenv.helm import helm_path
-from tether.devenv.pki import generate, issue
 from tether.hub.config import ENV_OVERRIDES
 from tether.hub.config import load_config as load_hub_config
 from tether.kas.config import load_config
+from tether_devenv.assets import K8S_VERSION
+from tether_devenv.front_proxy import TEMPLATE, FrontProxyParameters, haproxy_binary, render_config
+from tether_devenv.helm import helm_path
+from tether_devenv.pki import generate, issue
 
 CHARTS = Path(__file__).resolve().parents[2] / "deploy" / "helm"
 AGENT = CHARTS / "tether-agent"

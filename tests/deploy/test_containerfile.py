@@ -1,6 +1,6 @@
 """The Containerfile (Docker/Podman) states what ``make images`` builds: same recipe, user, environment, entrypoints.
 
-Its build stage runs ``python -m tether.devenv.images --rootfs-dir``, so the package allow-list, the wheels and
+Its build stage runs ``python -m tether_devenv.images --rootfs-dir``, so the package allow-list, the wheels and
 the extra files cannot drift; this test checks the rest, which a container engine takes from the Containerfile.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tether import __version__
-from tether.devenv.images import IMAGES, UID
+from tether_devenv.images import IMAGES, UID
 
 CONTAINERFILE = Path(__file__).resolve().parents[2] / "Containerfile"
 
@@ -37,7 +37,7 @@ def _stages() -> dict[str, list[tuple[str, str]]]:
 def test_the_build_stage_runs_the_scripted_build_for_every_image() -> None:
     build = _stages()["build"]
     runs = [args for instruction, args in build if instruction == "RUN"]
-    assert f"PYTHONPATH=src python3 -m tether.devenv.images --rootfs-dir /rootfs {' '.join(IMAGES)}" in runs
+    assert f"PYTHONPATH=src:devenv/src python3 -m tether_devenv.images --rootfs-dir /rootfs {' '.join(IMAGES)}" in runs
     apt = next(r for r in runs if "apt-get install" in r)
     assert {"mmdebstrap", "binutils", "python3"} <= set(shlex.split(apt))
 

@@ -1,7 +1,7 @@
 """The front proxy's image (HAProxy before kas' agent listener): reproducible, non-root, shell-less, and it runs
 the configuration the ``tether`` chart renders, as uid 65532 on a read-only root without capabilities.
 
-Built (or reused from ``~/.cache/tether/images``) by ``python -m tether.devenv.images front-proxy``, unpacked by
+Built (or reused from ``~/.cache/tether/images``) by ``python -m tether_devenv.images front-proxy``, unpacked by
 umoci and run with runc, as ``tests/deploy/test_images.py`` does for agentk.
 """
 
@@ -24,9 +24,9 @@ from tests.e2e.test_k8s_proxy import proxy_kubeconfig, run, wait_for
 from tests.fixtures.hub import RealHub
 from tests.fixtures.k8s import Kubectl
 from tests.fixtures.system import System
-from tether.devenv.cluster import ClusterInfo
-from tether.devenv.images import BASE_ENV, FRONT_PROXY_CONFIG, IMAGES, UID, BuiltImage, _recipe_digest
-from tether.devenv.process import free_port, tcp_open
+from tether_devenv.cluster import ClusterInfo
+from tether_devenv.images import BASE_ENV, FRONT_PROXY_CONFIG, IMAGES, UID, BuiltImage, _recipe_digest
+from tether_devenv.process import free_port, tcp_open
 
 SPEC = IMAGES["front-proxy"]
 

@@ -22,9 +22,9 @@ import pytest
 
 from tests.fixtures.hub import RealHub
 from tests.fixtures.system import System, http_get
-from tether.devenv.cluster import ClusterInfo
-from tether.devenv.images import ENV, IMAGES, UID, BuiltImage
-from tether.devenv.process import free_port
+from tether_devenv.cluster import ClusterInfo
+from tether_devenv.images import ENV, IMAGES, UID, BuiltImage
+from tether_devenv.process import free_port
 
 _TIMEOUT = 600
 
@@ -35,7 +35,7 @@ def _run(args: list[str], cwd: Path | None = None) -> subprocess.CompletedProces
 
 def build_image(name: str, *args: str) -> BuiltImage:
     """``make images`` for image ``name`` alone (e.g. ``agentk``), in its own process as the Makefile runs it."""
-    result = _run([sys.executable, "-m", "tether.devenv.images", "--json", *args, name])
+    result = _run([sys.executable, "-m", "tether_devenv.images", "--json", *args, name])
     assert result.returncode == 0, result.stderr
     fields = json.loads(result.stdout)
     return BuiltImage(**{**fields, "archive": Path(fields["archive"])})
@@ -161,7 +161,7 @@ def test_agentk_modules_import_in_the_image(bundle: Path, tmp_path: Path) -> Non
 
 def test_strip_never_changes_a_file_hard_linked_elsewhere(tmp_path: Path) -> None:
     """uv links wheels' files from its cache; stripping in place once changed the shared venv under running tests."""
-    from tether.devenv.images import _strip  # noqa: PLC0415 (the one private helper under test)
+    from tether_devenv.images import _strip  # noqa: PLC0415 (the one private helper under test)
 
     shared = tmp_path / "cache" / "lib.so"
     shared.parent.mkdir()

@@ -16,13 +16,13 @@ from tests.fixtures.hub import HubLauncher
 from tests.fixtures.system import System
 from tests.hub.helpers import project_with_agent
 from tests.support.polling import poll_sync
-from tether.devenv.redis_server import RedisServer
 from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2 as config_pb2
 from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2_grpc as config_grpc
 from tether.pb.gitlab.agent.agent_registrar.rpc import rpc_pb2, rpc_pb2_grpc
 from tether.pb.gitlab.agent.agent_tracker.agent_tracker_pb2 import ConnectedAgentInfo
 from tether.pb.gitlab.agent.entity.entity_pb2 import AgentMeta
 from tether.pb.gitlab.agent.redistool.redistool_pb2 import ExpiringValue
+from tether_devenv.redis_server import RedisServer
 
 pytestmark = [pytest.mark.redis]
 

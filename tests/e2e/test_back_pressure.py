@@ -27,9 +27,9 @@ from tests.fixtures.bulk_endpoint import CHUNK, TOTAL, Bulk, agent_behind, rss_m
 from tests.fixtures.hub import RealHub
 from tests.fixtures.system import KasProc, System
 from tests.graph.harness import GraphModel, include
-from tether.devenv.cluster import ClusterInfo
 from tether.kube.client import KubeClient
 from tether.kube.kubeconfig import load_credentials
+from tether_devenv.cluster import ClusterInfo
 
 pytestmark = [pytest.mark.redis]
 

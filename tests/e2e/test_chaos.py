@@ -32,7 +32,7 @@ from tests.e2e.test_k8s_proxy_upgrade import agent_kubeconfig, client_tls
 from tests.fixtures.bulk_endpoint import Bulk
 from tests.fixtures.hub import RealHub
 from tests.fixtures.system import KasProc, System
-from tether.devenv.redis_server import RedisServer
+from tether_devenv.redis_server import RedisServer
 
 pytestmark = [pytest.mark.redis]
 

@@ -32,10 +32,10 @@ from tests.fixtures.hub import RealHub
 from tests.fixtures.k8s import Kubectl
 from tests.fixtures.system import KasProc, System
 from tests.support.h2_flood import continuation_flood
-from tether.devenv.cluster import ClusterInfo
-from tether.devenv.front_proxy import FrontProxyParameters, start_front_proxy
-from tether.devenv.process import ManagedProcess, free_port
 from tether.pb.gitlab.agent.agent_registrar.rpc import rpc_pb2, rpc_pb2_grpc
+from tether_devenv.cluster import ClusterInfo
+from tether_devenv.front_proxy import FrontProxyParameters, start_front_proxy
+from tether_devenv.process import ManagedProcess, free_port
 
 pytestmark = [pytest.mark.redis]
 

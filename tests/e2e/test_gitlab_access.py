@@ -15,12 +15,12 @@ from tests.fixtures.hub import HubLauncher, RealHub
 from tests.fixtures.system import KasProc, System
 from tests.hub.helpers import kas_config, project_with_agent
 from tests.hub.workspace_helpers import RD_CONFIG, bulk_create
-from tether.devenv.redis_server import RedisServer
 from tether.hub.server import HubServer
 from tether.modagent.gitlab_request import GitlabRequestError, make_gitlab_request
 from tether.pb.gitlab.agent.gitlab_access.rpc import rpc_pb2, rpc_pb2_grpc
 from tether.pb.gitlab.agent.grpctool import grpctool_pb2
 from tether.pb.gitlab.agent.prototool import prototool_pb2
+from tether_devenv.redis_server import RedisServer
 
 pytestmark = pytest.mark.redis
 

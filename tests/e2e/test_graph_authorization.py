@@ -21,9 +21,9 @@ from tests.fixtures.hub import HubLauncher
 from tests.fixtures.k8s import Kubectl
 from tests.fixtures.system import KasProc, System
 from tests.graph.harness import GraphModel, include
-from tether.devenv import pki
-from tether.devenv.cluster import ClusterInfo, write_kubeconfig
-from tether.devenv.redis_server import RedisServer
+from tether_devenv import pki
+from tether_devenv.cluster import ClusterInfo, write_kubeconfig
+from tether_devenv.redis_server import RedisServer
 
 pytestmark = [pytest.mark.k8s, pytest.mark.redis]
 

@@ -15,8 +15,8 @@ from tests.fixtures.hub import RealHub
 from tests.fixtures.k8s import Kubectl
 from tests.fixtures.system import TETHER, System
 from tests.graph.harness import GraphModel, include
-from tether.devenv.cluster import ClusterInfo, write_kubeconfig
-from tether.devenv.process import free_port
+from tether_devenv.cluster import ClusterInfo, write_kubeconfig
+from tether_devenv.process import free_port
 
 pytestmark = [pytest.mark.k8s, pytest.mark.redis]
 AGENT_ID, PROJECT_ID = 701, 70

@@ -27,7 +27,7 @@ from tests.fixtures.hub import RealHub
 from tests.fixtures.k8s import Kubectl
 from tests.fixtures.system import KasProc, System
 from tests.graph.harness import include
-from tether.devenv.cluster import ClusterInfo
+from tether_devenv.cluster import ClusterInfo
 
 pytestmark = [pytest.mark.k8s, pytest.mark.redis]
 AGENT_ID, PROJECT_ID = 731, 73

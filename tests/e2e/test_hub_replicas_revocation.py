@@ -15,10 +15,10 @@ import pytest
 from tests.e2e.test_revocation_missed import new_agent, revoke
 from tests.fixtures.hub import HubLauncher
 from tests.fixtures.system import System
-from tether.devenv import pki
-from tether.devenv.process import free_port
-from tether.devenv.redis_server import RedisServer
 from tether.hub.service import revocation_outbox
+from tether_devenv import pki
+from tether_devenv.process import free_port
+from tether_devenv.redis_server import RedisServer
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 

@@ -26,7 +26,7 @@ import yaml
 from tests.fixtures.hub import RealHub
 from tests.fixtures.k8s import Kubectl
 from tests.fixtures.system import KasProc, System
-from tether.devenv.cluster import ClusterInfo
+from tether_devenv.cluster import ClusterInfo
 
 pytestmark = [pytest.mark.k8s, pytest.mark.redis]
 

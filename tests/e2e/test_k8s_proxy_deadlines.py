@@ -18,9 +18,9 @@ import pytest
 from tests.e2e.test_k8s_proxy_session import register_agent, wait_for_tunnel
 from tests.fixtures.hub import HubLauncher
 from tests.fixtures.system import System
-from tether.devenv import pki
-from tether.devenv.cluster import ClusterInfo
-from tether.devenv.redis_server import RedisServer
+from tether_devenv import pki
+from tether_devenv.cluster import ClusterInfo
+from tether_devenv.redis_server import RedisServer
 
 pytestmark = [pytest.mark.k8s, pytest.mark.redis]
 

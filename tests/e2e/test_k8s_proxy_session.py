@@ -20,9 +20,9 @@ import pytest
 
 from tests.fixtures.hub import HubLauncher, RealHub
 from tests.fixtures.system import KasProc, System
-from tether.devenv import pki
-from tether.devenv.cluster import ClusterInfo
-from tether.devenv.redis_server import RedisServer
+from tether_devenv import pki
+from tether_devenv.cluster import ClusterInfo
+from tether_devenv.redis_server import RedisServer
 
 pytestmark = [pytest.mark.k8s, pytest.mark.redis]
 

@@ -28,7 +28,7 @@ from tests.e2e.test_k8s_proxy import start_proxied
 from tests.fixtures.hub import RealHub
 from tests.fixtures.k8s import Kubectl
 from tests.fixtures.system import KasProc, System
-from tether.devenv.cluster import ClusterInfo
+from tether_devenv.cluster import ClusterInfo
 
 pytestmark = [pytest.mark.redis]
 

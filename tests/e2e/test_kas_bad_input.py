@@ -18,9 +18,6 @@ import pytest
 from tests.fixtures.hub import RealHub
 from tests.fixtures.system import KasProc, System
 from tests.support.peak_rss import peak_rss_mib, reset_peak_rss
-from tether.devenv import pki
-from tether.devenv.process import ProcessFailed, free_port
-from tether.devenv.redis_server import RedisServer
 from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2 as config_pb2
 from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2_grpc as config_grpc
 from tether.pb.gitlab.agent.agent_tracker.rpc import rpc_pb2 as tracker_pb2
@@ -29,6 +26,9 @@ from tether.pb.gitlab.agent.reverse_tunnel.info import info_pb2
 from tether.pb.gitlab.agent.reverse_tunnel.rpc import rpc_pb2 as tunnel_pb2
 from tether.pb.gitlab.agent.reverse_tunnel.rpc import rpc_pb2_grpc as tunnel_grpc
 from tether.tool.jwt_auth import AUDIENCE_GITLAB, AUDIENCE_KAS, ISSUER_GITLAB, ISSUER_KAS, mint
+from tether_devenv import pki
+from tether_devenv.process import ProcessFailed, free_port
+from tether_devenv.redis_server import RedisServer
 
 TOKEN = "good-agent-token-123456"
 AGENT_ID = 41

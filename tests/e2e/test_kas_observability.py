@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 
 from tests.fixtures.system import TETHER, System, http_get
-from tether.devenv.process import free_port
-from tether.devenv.redis_server import RedisServer
+from tether_devenv.process import free_port
+from tether_devenv.redis_server import RedisServer
 
 
 def test_readiness_is_false_until_redis_is_reachable(system: System, tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from multidict import CIMultiDictProxy
 
 from tests.fixtures.system import K8S_PROXY_PREFIX, System
 from tests.support.workspace_access import ZONE, browser, workspaces_section
-from tether.devenv.process import free_port
+from tether_devenv.process import free_port
 
 pytestmark = [pytest.mark.redis]
 

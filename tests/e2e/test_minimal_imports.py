@@ -31,7 +31,7 @@ KAS_UNUSED = (
     "tether.hub",
     "fastapi",
     "sqlalchemy",
-    "tether.devenv",
+    "tether_devenv",
 )
 #: Loaded by the first graph request or by kas only.
 AGENTK_UNUSED = (
@@ -46,7 +46,7 @@ AGENTK_UNUSED = (
     "tether.hub",
     "fastapi",
     "sqlalchemy",
-    "tether.devenv",
+    "tether_devenv",
 )
 
 

@@ -32,8 +32,8 @@ from tests.fixtures.bulk_endpoint import Bulk
 from tests.fixtures.hub import HubLauncher, RealHub
 from tests.fixtures.system import TETHER, KasProc, System
 from tests.hub.test_e2e_kas import configuration_status
-from tether.devenv import pki
-from tether.devenv.redis_server import RedisServer
+from tether_devenv import pki
+from tether_devenv.redis_server import RedisServer
 
 pytestmark = [pytest.mark.redis]
 

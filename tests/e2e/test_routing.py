@@ -14,12 +14,12 @@ from tests.fixtures.k8s import Kubectl
 from tests.fixtures.system import KasProc, System
 from tests.support.polling import poll
 from tether.agentk.embedded import EmbeddedAgent
-from tether.devenv.cluster import ClusterInfo
-from tether.devenv.redis_server import RedisServer
 from tether.hub.kas_client import KasApiClient
 from tether.pb.gitlab.agent.pods.rpc import rpc_pb2 as pods_pb2
 from tether.pb.gitlab.agent.pods.rpc import rpc_pb2_grpc as pods_grpc
 from tether.tunnel.server.router import NOT_FOUND_MESSAGE
+from tether_devenv.cluster import ClusterInfo
+from tether_devenv.redis_server import RedisServer
 
 pytestmark = [pytest.mark.k8s, pytest.mark.redis]
 

@@ -34,8 +34,8 @@ from tests.fixtures.bulk_endpoint import Bulk
 from tests.fixtures.hub import RealHub
 from tests.fixtures.sentinel import MASTER_NAME, SentinelRedis
 from tests.fixtures.system import KasProc, System
-from tether.devenv.redis_server import HOST
 from tether.pb.gitlab.agent.redistool.redistool_pb2 import ExpiringValue
+from tether_devenv.redis_server import HOST
 
 pytestmark = [pytest.mark.redis]
 

@@ -15,8 +15,8 @@ import pytest
 
 from tests.fixtures.k8s import cluster_assets
 from tests.fixtures.system import TETHER
-from tether.devenv.process import pid_alive
-from tether.devenv.up import FRONT_PROXY_PORT, GITALY_PORT, HUB_PORT
+from tether_devenv.process import pid_alive
+from tether_devenv.up import FRONT_PROXY_PORT, GITALY_PORT, HUB_PORT
 
 pytestmark = pytest.mark.k8s
 

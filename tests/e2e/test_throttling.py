@@ -14,8 +14,8 @@ import pytest
 from tests.fixtures.hub import HubLauncher
 from tests.fixtures.system import System
 from tests.hub.helpers import post_sign_in
-from tether.devenv import pki
-from tether.devenv.redis_server import RedisServer
+from tether_devenv import pki
+from tether_devenv.redis_server import RedisServer
 
 pytestmark = [pytest.mark.redis]
 

@@ -10,9 +10,9 @@ import pytest
 from tests.fixtures.hub import RealHub
 from tests.fixtures.k8s import Kubectl
 from tests.fixtures.system import System
-from tether.devenv import pki
-from tether.devenv.cluster import ClusterInfo
 from tether.hub.kas_client import KasApiClient
+from tether_devenv import pki
+from tether_devenv.cluster import ClusterInfo
 
 pytestmark = [pytest.mark.k8s, pytest.mark.redis]
 

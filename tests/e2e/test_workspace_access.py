@@ -43,9 +43,9 @@ from tests.support.workspace_access import (
     workspaces_section,
 )
 from tests.support.workspace_editor import pattern
-from tether.devenv.cluster import ClusterInfo
-from tether.devenv.process import free_port
-from tether.devenv.redis_server import RedisServer
+from tether_devenv.cluster import ClusterInfo
+from tether_devenv.process import free_port
+from tether_devenv.redis_server import RedisServer
 
 pytestmark = [pytest.mark.k8s, pytest.mark.redis]
 

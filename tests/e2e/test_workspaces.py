@@ -30,8 +30,8 @@ from tests.hub.workspace_helpers import (
 )
 from tests.hub.workspace_helpers import create as create_workspace
 from tests.support.polling import poll_sync
-from tether.devenv.redis_server import RedisServer
 from tether.hub.server import HubServer
+from tether_devenv.redis_server import RedisServer
 
 pytestmark = [pytest.mark.k8s, pytest.mark.redis]
 

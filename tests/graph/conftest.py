@@ -6,9 +6,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tether.devenv.cluster import ClusterInfo
 from tether.kube.client import KubeClient
 from tether.kube.kubeconfig import load_credentials
+from tether_devenv.cluster import ClusterInfo
 
 
 @pytest.fixture

@@ -14,10 +14,10 @@ import yaml
 from click.testing import CliRunner
 
 from tests.fixtures.system import TETHER
-from tether.devenv.process import ManagedProcess, free_port
 from tether.hub.command import hub as hub_group
 from tether.hub.db.migrate import head_revision
 from tether.tool.jwt_auth import AUDIENCE_GITLAB, ISSUER_KAS, mint
+from tether_devenv.process import ManagedProcess, free_port
 
 
 def _commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:

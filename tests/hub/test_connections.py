@@ -12,11 +12,11 @@ from tests.fixtures.hub import HubLauncher
 from tests.fixtures.system import System
 from tests.hub.helpers import project_with_agent
 from tests.support.polling import poll_sync
-from tether.devenv.process import free_port
-from tether.devenv.redis_server import RedisServer
 from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2 as config_pb2
 from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2_grpc as config_grpc
 from tether.pb.gitlab.agent.entity.entity_pb2 import AgentMeta
+from tether_devenv.process import free_port
+from tether_devenv.redis_server import RedisServer
 
 
 def test_agent_resource_answers_when_kas_is_unreachable(hub_launcher: HubLauncher) -> None:

@@ -14,9 +14,9 @@ from tests.fixtures.hub import HubLauncher
 from tests.fixtures.k8s import ClusterInfo
 from tests.fixtures.system import System
 from tests.support.polling import poll_sync
-from tether.devenv.redis_server import RedisServer
 from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2 as config_pb2
 from tether.pb.gitlab.agent.agent_configuration.rpc import rpc_pb2_grpc as config_grpc
+from tether_devenv.redis_server import RedisServer
 
 pytestmark = [pytest.mark.k8s, pytest.mark.redis]
 

@@ -17,10 +17,10 @@ import pytest
 
 from tests.fixtures.hub import HubLauncher, RealHub
 from tests.hub.helpers import Setup, kas_config, project_with_agent
-from tether.devenv.process import free_port
 from tether.hub.config import ConfigError
 from tether.hub.gitaly import advertisement, sign_v2
 from tether.pb.gitlab.agent.gitaly_compat import gitaly_pb2, gitaly_pb2_grpc
+from tether_devenv.process import free_port
 
 KAS_URL = "grpc://kas.example.com:8150"
 PROXY_URL = "https://kas.example.com/k8s-proxy/"

@@ -19,8 +19,8 @@ from sqlalchemy import event
 
 from tests.fixtures.hub import RealHub
 from tests.hub.workspace_helpers import bulk_create, graphql, workspace_setup
+from tether.hub.api.graphql import MAX_BODY_BYTES
 from tether.hub.db.engine import Database
-from tether.hub.workspaces.graphql import MAX_BODY_BYTES
 
 NODES = "{ count nodes { id name } }"
 

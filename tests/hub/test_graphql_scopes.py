@@ -16,8 +16,8 @@ import pytest
 from tests.console.test_console_bad_input import browser_for
 from tests.fixtures.hub import RealHub
 from tests.hub.workspace_helpers import DEVFILE, WorkspaceSetup, create, graphql, workspace_setup
+from tether.hub.api.graphql import schema
 from tether.hub.service.principal import SCOPES
-from tether.hub.workspaces.graphql import schema
 
 #: Every root field, how to call it, and whether it reads or writes.
 OPERATIONS: dict[str, tuple[str, str]] = {

@@ -16,9 +16,9 @@ import pytest
 
 from tests.e2e.test_revocation_missed import new_agent, revoke
 from tests.fixtures.hub import HubLauncher
-from tether.devenv.process import free_port
 from tether.hub import kas_client
 from tether.hub.service import revocation_outbox
+from tether_devenv.process import free_port
 
 BOUND = 2
 REVOKED = 5

@@ -13,7 +13,7 @@ from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
 
 from tests.fixtures.hub import RealHub
 from tests.hub.workspace_helpers import workspace_setup
-from tether.hub.api.app import create_app
+from tether.hub.app import create_app
 from tether.hub.console.web import STATIC_DIR
 
 _PARAM = re.compile(r"\{([^}:]+)(:path)?\}")

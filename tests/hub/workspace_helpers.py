@@ -26,7 +26,7 @@ components:
       endpoints: [{name: web, targetPort: 8080}]
 """
 
-#: An image kwok is told to fail (tether.devenv.kwok_failures): the pod waits in ImagePullBackOff.
+#: An image kwok is told to fail (tether_devenv.kwok_failures): the pod waits in ImagePullBackOff.
 FAILING_DEVFILE = """schemaVersion: 2.2.0
 components:
   - name: tooling

@@ -11,7 +11,7 @@ import pytest
 
 from tests.fixtures.k8s import Kubectl
 from tests.support.polling import poll_sync
-from tether.devenv.cluster import ClusterInfo
+from tether_devenv.cluster import ClusterInfo
 
 pytestmark = pytest.mark.k8s
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.k8s import cluster_assets
-from tether.devenv.cluster import LocalCluster
-from tether.devenv.process import ProcessFailed, pid_alive
+from tether_devenv.cluster import LocalCluster
+from tether_devenv.process import ProcessFailed, pid_alive
 
 pytestmark = pytest.mark.k8s
 

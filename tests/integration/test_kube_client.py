@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from tests.fixtures.k8s import Kubectl
-from tether.devenv.cluster import ClusterInfo
 from tether.kube.client import KubeApiError, KubeClient
 from tether.kube.kubeconfig import KubeConfigError, KubeCredentials, load_credentials, load_kubeconfig
+from tether_devenv.cluster import ClusterInfo
 
 pytestmark = pytest.mark.k8s
 

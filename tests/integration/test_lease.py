@@ -23,7 +23,6 @@ import pytest
 
 from tests.support.polling import poll
 from tests.support.tcp_proxy import TcpRelay
-from tether.devenv.cluster import ClusterInfo
 from tether.kube.client import KubeApiError, KubeClient
 from tether.kube.kubeconfig import load_credentials
 from tether.kube.lease import LeaderElector, workload_owner
@@ -32,6 +31,7 @@ from tether.modagent.internal_server import InternalServer
 from tether.modagent.leader import build_modules
 from tether.modshared.supervisor import ModuleSupervisor
 from tether.pb.gitlab.agent.agentcfg import agentcfg_pb2
+from tether_devenv.cluster import ClusterInfo
 
 pytestmark = pytest.mark.k8s
 

@@ -9,13 +9,13 @@ import pytest
 from grpc import aio
 
 from tests.fixtures.k8s import Kubectl
-from tether.devenv.cluster import ClusterInfo
 from tether.kube.client import KubeClient
 from tether.kube.kubeconfig import KubeCredentials, load_credentials
 from tether.modagent.internal_server import InternalServer
 from tether.modules.pods.agent import PodsServicer
 from tether.pb.gitlab.agent.pods.rpc import rpc_pb2, rpc_pb2_grpc
 from tether.pb.gitlab.agent.reverse_tunnel.rpc import rpc_pb2_grpc as reverse_tunnel_grpc
+from tether_devenv.cluster import ClusterInfo
 
 pytestmark = pytest.mark.k8s
 

@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from tether.devenv.postgres_server import PostgresServer
+from tether_devenv.postgres_server import PostgresServer
 
 pytestmark = pytest.mark.postgres
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tether.devenv.redis_server import RedisServer
 from tether.tool.rate_limit import RateLimiter, per_minute
+from tether_devenv.redis_server import RedisServer
 
 pytestmark = [pytest.mark.redis]
 

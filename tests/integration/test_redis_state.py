@@ -22,8 +22,6 @@ import pytest
 import redis.asyncio as aioredis
 import redis.exceptions
 
-from tether.devenv.process import free_port
-from tether.devenv.redis_server import RedisServer
 from tether.kas.instance_registry import KasInstanceRegistry
 from tether.modserver.agent_tracker import AgentTracker
 from tether.pb.gitlab.agent.agent_tracker.agent_tracker_pb2 import ConnectedAgentInfo
@@ -36,6 +34,8 @@ from tether.tool.redis_backend import RedisBackend
 from tether.tool.supervisor import supervise
 from tether.tunnel.server.kas_pool import KasPool
 from tether.tunnel.server.tracker import TunnelTracker
+from tether_devenv.process import free_port
+from tether_devenv.redis_server import RedisServer
 
 pytestmark = pytest.mark.redis
 PREFIX = "t9b"

@@ -18,9 +18,8 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-import tether.devenv.redis_server as redis_server_module
+import tether_devenv.redis_server as redis_server_module
 from tests.support.polling import poll
-from tether.devenv.redis_server import RedisServer
 from tether.kas.instance_registry import KasInstanceRegistry
 from tether.modserver.agent_tracker import AgentTracker
 from tether.pb.gitlab.agent.agent_tracker.agent_tracker_pb2 import ConnectedAgentInfo
@@ -32,6 +31,7 @@ from tether.tool.expiring_hash import EntryTtl, ExpiringHash, GcHook, HashBacken
 from tether.tool.memory_backend import MemoryBackend
 from tether.tool.redis_backend import RedisBackend
 from tether.tunnel.server.tracker import TunnelTracker
+from tether_devenv.redis_server import RedisServer
 
 pytestmark = pytest.mark.redis
 

@@ -27,12 +27,13 @@ from tests.hub.workspace_helpers import (
     workspace_setup,
 )
 from tests.support.polling import poll
-from tether.devenv.cluster import ClusterInfo
 from tether.kube.client import KubeClient
 from tether.kube.kubeconfig import load_credentials
 from tether.modules.remote_development.agent.applier import Applier
 from tether.modules.remote_development.agent.worker import RemoteDevelopmentWorker, SyncSettings
-from tether.modules.remote_development.desired_config import INVENTORY_ID_LABEL, OWNING_INVENTORY, render
+from tether.modules.remote_development.hub.desired_config import render
+from tether.modules.remote_development.protocol import INVENTORY_ID_LABEL, OWNING_INVENTORY
+from tether_devenv.cluster import ClusterInfo
 
 pytestmark = pytest.mark.k8s
 SQLITE_ONLY = pytest.mark.parametrize("hub_backend", ["sqlite"], indirect=True)

@@ -12,11 +12,11 @@ from tests.fixtures.hub import HubLauncher
 from tests.fixtures.k8s import Kubectl
 from tests.fixtures.system import KasProc, System
 from tests.interop.harness import AGENT, Interop, UpstreamKas
-from tether.devenv import pki, upstream
-from tether.devenv.build import BuildError
-from tether.devenv.cluster import ClusterInfo
-from tether.devenv.process import free_port
-from tether.devenv.redis_server import RedisServer
+from tether_devenv import pki, upstream
+from tether_devenv.build import BuildError
+from tether_devenv.cluster import ClusterInfo
+from tether_devenv.process import free_port
+from tether_devenv.redis_server import RedisServer
 
 Factory = Callable[[str], tuple[Interop, KasProc | UpstreamKas]]
 

@@ -20,10 +20,10 @@ from tests.fixtures.hub import HubLauncher, RealHub
 from tests.fixtures.k8s import Kubectl
 from tests.fixtures.system import K8S_PROXY_PREFIX, KasProc, System, http_get
 from tests.hub.helpers import kas_config
-from tether.devenv import pki
-from tether.devenv.process import ManagedProcess, free_port
-from tether.devenv.redis_server import RedisServer
-from tether.devenv.upstream import UpstreamBinaries
+from tether_devenv import pki
+from tether_devenv.process import ManagedProcess, free_port
+from tether_devenv.redis_server import RedisServer
+from tether_devenv.upstream import UpstreamBinaries
 
 PROJECT = "platform/clusters"
 AGENT = "interop"

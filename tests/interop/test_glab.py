@@ -17,8 +17,8 @@ from tests.interop.conftest import Factory
 from tests.interop.harness import PROJECT, Interop, answers_200
 from tests.interop.test_upstream_peers import AGENT_ACCESS
 from tests.support.polling import poll_sync
-from tether.devenv import upstream
-from tether.devenv.process import free_port
+from tether_devenv import upstream
+from tether_devenv.process import free_port
 
 pytestmark = [pytest.mark.k8s, pytest.mark.redis, pytest.mark.upstream]
 

@@ -17,11 +17,11 @@ import pytest
 
 from tests.console.browser import browser
 from tests.fixtures.k8s import Kubectl, cluster_assets
-from tether.devenv import node_build, node_net
-from tether.devenv.build import BuildError
-from tether.devenv.cluster import ClusterInfo, LocalCluster
-from tether.devenv.node import mounts_under, read_tunables
-from tether.devenv.process import pid_alive
+from tether_devenv import node_build, node_net
+from tether_devenv.build import BuildError
+from tether_devenv.cluster import ClusterInfo, LocalCluster
+from tether_devenv.node import mounts_under, read_tunables
+from tether_devenv.process import pid_alive
 
 #: The console tests' Chromium (one definition, ``tests/console/browser.py``) for the editor test.
 __all__ = ["browser"]

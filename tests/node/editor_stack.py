@@ -24,12 +24,12 @@ from tests.fixtures.system import System
 from tests.hub.helpers import Setup, kas_config, project_with_agent
 from tests.hub.workspace_helpers import RD_CONFIG
 from tests.support.workspace_access import workspaces_section
-from tether.devenv.cluster import ClusterInfo
-from tether.devenv.node import import_archives
-from tether.devenv.oci import BUSYBOX_IMAGE
-from tether.devenv.process import free_port
-from tether.devenv.redis_server import RedisServer
-from tether.devenv.tools_image import build_tools_image
+from tether_devenv.cluster import ClusterInfo
+from tether_devenv.node import import_archives
+from tether_devenv.oci import BUSYBOX_IMAGE
+from tether_devenv.process import free_port
+from tether_devenv.redis_server import RedisServer
+from tether_devenv.tools_image import build_tools_image
 
 #: Reaching a state through agentk and the real node, on two loaded cores (a first start copies the editor).
 STATE_WAIT_MS = 240_000

@@ -23,7 +23,7 @@ from tests.fixtures.k8s import Kubectl
 from tests.graph.harness import GraphModel, include
 from tests.node.test_real_node import exercise_verbs, kubectl_run
 from tests.support import helm_deploy as hd
-from tether.devenv.cluster import ClusterInfo
+from tether_devenv.cluster import ClusterInfo
 
 pytestmark = [pytest.mark.k8s, pytest.mark.timeout(1200)]
 

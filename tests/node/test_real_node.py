@@ -26,9 +26,9 @@ from tests.e2e.test_k8s_proxy import start_proxied
 from tests.fixtures.hub import RealHub
 from tests.fixtures.k8s import Kubectl
 from tests.fixtures.system import System
-from tether.devenv.cluster import ClusterInfo
-from tether.devenv.node import STORAGE_CLASS
-from tether.devenv.oci import BUSYBOX_IMAGE
+from tether_devenv.cluster import ClusterInfo
+from tether_devenv.node import STORAGE_CLASS
+from tether_devenv.oci import BUSYBOX_IMAGE
 
 # Generous: the first test also starts the real-node cluster and the last one removes it (two loaded cores).
 pytestmark = [pytest.mark.k8s, pytest.mark.redis, pytest.mark.timeout(900)]

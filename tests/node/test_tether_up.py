@@ -31,9 +31,9 @@ import pytest
 from tests.fixtures.k8s import Kubectl, cluster_assets
 from tests.fixtures.system import TETHER
 from tests.support.polling import poll_sync
-from tether.devenv.oci import WORKSPACE_IMAGE
-from tether.devenv.process import pid_alive
-from tether.devenv.up import HUB_PORT, KAS_PORTS
+from tether_devenv.oci import WORKSPACE_IMAGE
+from tether_devenv.process import pid_alive
+from tether_devenv.up import HUB_PORT, KAS_PORTS
 
 pytestmark = [pytest.mark.k8s, pytest.mark.timeout(900)]
 

@@ -33,8 +33,8 @@ from tests.node.editor_stack import (
     row,
     terminal_round_trips,
 )
-from tether.devenv.cluster import ClusterInfo
-from tether.devenv.redis_server import RedisServer
+from tether_devenv.cluster import ClusterInfo
+from tether_devenv.redis_server import RedisServer
 
 pytestmark = [pytest.mark.k8s, pytest.mark.redis, pytest.mark.timeout(1500)]
 

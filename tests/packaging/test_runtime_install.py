@@ -1,11 +1,13 @@
 """The runtime package on its own: a wheel installed without extras runs `tether kas` and `tether agentk`.
 
-The dev environment (cluster build, PKI, `tether up`), the hub and the CLI clients come with extras, so a kas
-or agentk image carries neither `cryptography` nor `rich` nor the hub's web and database stack.
+The hub and the CLI clients come with extras, the dev environment (cluster build, PKI, `tether up`) is its own
+package (devenv/), so a kas or agentk image carries neither `cryptography` nor `rich` nor the hub's web and
+database stack nor the dev environment.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -15,7 +17,9 @@ from tests.support.runtime_venv import RuntimeVenvError, build_runtime_venv, uv_
 
 
 def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(args, capture_output=True, text=True, check=False, timeout=600)
+    # Without PYTHONPATH: the venv's installed wheel answers, not a source tree on the caller's path.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run(args, capture_output=True, text=True, check=False, timeout=600, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +34,8 @@ def runtime_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_runtime_install_leaves_out_the_dev_and_hub_dependencies(runtime_venv: Path) -> None:
     probe = (
         "import importlib.util as u; "
-        "print(sorted(m for m in ('rich', 'cryptography', 'fastapi', 'sqlalchemy', 'pytest') if u.find_spec(m)))"
+        "names = ('rich', 'cryptography', 'fastapi', 'sqlalchemy', 'pytest', 'tether_devenv'); "
+        "print(sorted(m for m in names if u.find_spec(m)))"
     )
     result = _run([str(runtime_venv / "bin" / "python"), "-c", probe])
     assert result.returncode == 0, result.stderr
@@ -45,10 +50,10 @@ def test_kas_and_agentk_help_work_without_extras(runtime_venv: Path, command: st
     assert "Traceback" not in result.stderr
 
 
-def test_dev_commands_name_the_extra_they_need(runtime_venv: Path) -> None:
+def test_dev_commands_name_the_package_they_need(runtime_venv: Path) -> None:
     result = _run([str(runtime_venv / "bin" / "tether"), "up", "--help"])
     assert result.returncode == 1
-    assert "pip install 'tether[devenv]'" in result.stderr
+    assert "pip install -e ./devenv" in result.stderr
     assert "Traceback" not in result.stderr
 
 
@@ -57,4 +62,4 @@ def test_top_level_help_lists_every_command(runtime_venv: Path) -> None:
     assert result.returncode == 0, result.stderr
     for command in ("kas", "agentk", "hub", "graph", "up", "dev"):
         assert f"  {command} " in result.stdout
-    assert "not installed: pip install 'tether[devenv]'" in result.stdout
+    assert "not installed: pip install -e ./devenv" in result.stdout

@@ -36,13 +36,13 @@ import httpx
 import yaml
 
 from tests.fixtures.k8s import Kubectl
-from tether.devenv import pki
-from tether.devenv.cluster import ClusterInfo, write_kubeconfig
-from tether.devenv.helm import build_helm
-from tether.devenv.images import build_images
-from tether.devenv.node import import_archives
-from tether.devenv.node_net import NodeNet
-from tether.devenv.oci import REDIS_IMAGE, write_redis_image
+from tether_devenv import pki
+from tether_devenv.cluster import ClusterInfo, write_kubeconfig
+from tether_devenv.helm import build_helm
+from tether_devenv.images import build_images
+from tether_devenv.node import import_archives
+from tether_devenv.node_net import NodeNet
+from tether_devenv.oci import REDIS_IMAGE, write_redis_image
 
 ROOT = Path(__file__).resolve().parents[2]
 CHARTS = ROOT / "deploy" / "helm"
@@ -65,7 +65,7 @@ def _quiet(_line: str) -> None:
 
 
 class Helm:
-    """The cached helm (``tether.devenv.helm``) against one kubeconfig."""
+    """The cached helm (``tether_devenv.helm``) against one kubeconfig."""
 
     def __init__(self, kubeconfig: Path, cache: Path) -> None:
         self.binary = build_helm(progress=_quiet)

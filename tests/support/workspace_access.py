@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from tests.fixtures.hub import RealHub
 from tether.hub.db.types import utcnow
 from tether.hub.db.workspaces import Workspace, WorkspacesAgentConfig
-from tether.modules.remote_development.settings import WorkspacesSettings
+from tether.modules.remote_development.hub.settings import WorkspacesSettings
 
 ZONE = "workspaces.test"
 EDITOR_PORT = 60001

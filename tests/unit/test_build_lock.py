@@ -6,7 +6,7 @@ import fcntl
 import threading
 from pathlib import Path
 
-from tether.devenv.build import _exclusive
+from tether_devenv.build import _exclusive
 
 
 def test_a_second_build_waits_for_the_first(tmp_path: Path) -> None:

@@ -19,7 +19,6 @@ from aiohttp import web
 from google.rpc import status_pb2
 
 from tests.fixtures.hub import RealHub
-from tether.devenv.process import free_port
 from tether.kube.kubeconfig import KubeCredentials
 from tether.modserver.gitlab_client import GitlabClient
 from tether.modules.kubernetes_api.agent.forward import AgentRequestError, KubernetesApiAgent
@@ -31,6 +30,7 @@ from tether.pb.gitlab.agent.kubernetes_api.rpc import rpc_pb2
 from tether.pb.gitlab.agent.prototool import prototool_pb2
 from tether.tunnel.server.agent_conn import RoutedAgentConn
 from tether.tunnel.server.router import CallerSide, RoutingError
+from tether_devenv.process import free_port
 
 API_AGENT, RAW_AGENT, ABSENT_AGENT = 901, 902, 903
 #: Served by the same stand-in API server as API_AGENT; configured with ``access_as: user`` (project 78).

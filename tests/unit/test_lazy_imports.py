@@ -18,7 +18,7 @@ NOT_AT_START = (
     "tether.hub.server",
     "fastapi",
     "sqlalchemy",
-    "tether.devenv",
+    "tether_devenv",
     "redis",
 )
 

@@ -74,7 +74,7 @@ def test_the_net_searches_logs_that_outlive_the_test(
 ) -> None:
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_session=SESSION)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "src"), str(ROOT / "devenv" / "src"), str(ROOT)]))
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=5, errors=3)  # a teardown error does not undo the test's pass
     result.stdout.fnmatch_lines(

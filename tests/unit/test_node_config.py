@@ -1,4 +1,4 @@
-"""The real node's plan and configuration (tether.devenv.node_net, tether.devenv.node): pure logic."""
+"""The real node's plan and configuration (tether_devenv.node_net, tether_devenv.node): pure logic."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tether.devenv import node, node_net
+from tether_devenv import node, node_net
 
 
 def _net() -> node_net.NodeNet:

@@ -1,4 +1,4 @@
-"""The real node's local images (tether.devenv.oci): reproducible OCI archives with a working busybox layer."""
+"""The real node's local images (tether_devenv.oci): reproducible OCI archives with a working busybox layer."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.devenv import oci
+from tether_devenv import oci
 
 
 def _members(archive: Path) -> dict[str, bytes]:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tether.devenv.postgres_server import PostgresServer
-from tether.devenv.process import EnvironmentProblem, ManagedProcess, PortInUse, ProcessFailed, pid_alive
-from tether.devenv.redis_server import RedisServer
+from tether_devenv.postgres_server import PostgresServer
+from tether_devenv.process import EnvironmentProblem, ManagedProcess, PortInUse, ProcessFailed, pid_alive
+from tether_devenv.redis_server import RedisServer
 
 
 @pytest.fixture

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.k8s import cluster_assets
-from tether.devenv import assets
-from tether.devenv.assets import AssetsMissing, cache_problem, expected_manifest, locate
-from tether.devenv.build import BuildError, build
+from tether_devenv import assets
+from tether_devenv.assets import AssetsMissing, cache_problem, expected_manifest, locate
+from tether_devenv.build import BuildError, build
 
 TETHER = Path(sys.executable).parent / "tether"
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from tether.devenv.oci import WORKSPACE_IMAGE
-from tether.devenv.up import WORKSPACES_DNS_ZONE, demo_configuration
 from tether.hub.config import ConfigError, load_config
-from tether.modules.remote_development.devfile import DEFAULT_DEVFILE, default_devfile, parse_devfile
+from tether.modules.remote_development.hub.devfile import DEFAULT_DEVFILE, default_devfile, parse_devfile
+from tether_devenv.oci import WORKSPACE_IMAGE
+from tether_devenv.up import WORKSPACES_DNS_ZONE, demo_configuration
 
 
 def test_a_first_start_enables_workspaces_and_user_access() -> None:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tether.devenv import upstream
+from tether_devenv import upstream
 
 TETHER = str(Path(sys.executable).parent / "tether")
 

@@ -22,7 +22,7 @@ from google.protobuf.descriptor import Descriptor
 
 from tether.hub.errors import BadRequest
 from tether.hub.validation import is_full_path
-from tether.modules.remote_development import settings as workspaces_settings
+from tether.modules.remote_development.hub import settings as workspaces_settings
 from tether.pb.gitlab.agent.agentcfg.agentcfg_pb2 import ConfigurationFile
 
 #: Upstream ``agent.configuration.max_configuration_file_size`` default (kas.md §7).

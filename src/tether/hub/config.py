@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tether.hub.db.engine import DatabaseUrlError, check_url
-from tether.modules.remote_development.devfile import default_devfile
+from tether.modules.remote_development.hub.devfile import default_devfile
 from tether.tool.durations import Duration
 
 DEFAULT_DATA_DIR = Path("~/.local/share/tether").expanduser()

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import uvicorn
 
-from tether.hub.api.app import create_app
+from tether.hub.app import create_app
 from tether.hub.config import HubConfig
 from tether.hub.db.engine import Database
 from tether.hub.db.migrate import ensure_current

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tether.modules.remote_development.actual_state import (
+from tether.modules.remote_development.hub.actual_state import (
     Failure,
     calculate,
     calculate_with_failure,

@@ -8,10 +8,10 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from tether.modules.remote_development.desired_config import WorkspaceSpec, render, resources
-from tether.modules.remote_development.devfile import DEFAULT_DEVFILE, DevfileError, parse_devfile
-from tether.modules.remote_development.rules import Inclusion
-from tether.modules.remote_development.settings import WorkspacesSettings
+from tether.modules.remote_development.hub.desired_config import WorkspaceSpec, render, resources
+from tether.modules.remote_development.hub.devfile import DEFAULT_DEVFILE, DevfileError, parse_devfile
+from tether.modules.remote_development.hub.rules import Inclusion
+from tether.modules.remote_development.hub.settings import WorkspacesSettings
 
 DEVFILE = """schemaVersion: 2.2.0
 components:

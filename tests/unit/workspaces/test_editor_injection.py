@@ -10,12 +10,11 @@ from typing import Any
 
 import pytest
 
-from tether.devenv.tools_image import GL_TOOLS_DIR, TOOLS_IMAGE
 from tether.hub.db.workspaces import Workspace
 from tether.hub.workspaces.access import exposed_ports
 from tether.hub.workspaces.address import address, editor_base_path
 from tether.hub.workspaces.operations import url_port
-from tether.modules.remote_development.desired_config import (
+from tether.modules.remote_development.hub.desired_config import (
     DATA_MOUNT,
     EDITOR_PORT,
     TOOLS_DIR,
@@ -23,10 +22,11 @@ from tether.modules.remote_development.desired_config import (
     WorkspaceSpec,
     resources,
 )
-from tether.modules.remote_development.devfile import DEFAULT_DEVFILE, DevfileError, default_devfile, parse_devfile
-from tether.modules.remote_development.rules import Inclusion
-from tether.modules.remote_development.settings import WorkspacesSettings
+from tether.modules.remote_development.hub.devfile import DEFAULT_DEVFILE, DevfileError, default_devfile, parse_devfile
+from tether.modules.remote_development.hub.rules import Inclusion
+from tether.modules.remote_development.hub.settings import WorkspacesSettings
 from tether.modules.workspace_access.rpc.headers import response_headers
+from tether_devenv.tools_image import GL_TOOLS_DIR, TOOLS_IMAGE
 
 WITH_COMMAND = """schemaVersion: 2.2.0
 components:

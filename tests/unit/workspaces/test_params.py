@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tether.modules.remote_development.params import ERROR_PREFIX, ParamsError, parse, validate
+from tether.modules.remote_development.hub.params import ERROR_PREFIX, ParamsError, parse, validate
 
 INFO: dict[str, Any] = {"termination_progress": "Terminated", "error_details": None}
 

@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tether.modules.remote_development import rules
-from tether.modules.remote_development.rules import (
+from tether.modules.remote_development.hub import rules
+from tether.modules.remote_development.hub.rules import (
     Inclusion,
     Timestamps,
     desired_after_report,

@@ -21,7 +21,7 @@ from tether.hub.api.state import hub_state
 from tether.hub.service import internal
 from tether.hub.workspaces.reconcile import reconcile
 from tether.modules.remote_development import MODULE_NAME
-from tether.modules.remote_development.params import ERROR_PREFIX, ParamsError
+from tether.modules.remote_development.hub.params import ERROR_PREFIX, ParamsError
 
 #: Largest reconcile body accepted: a full sync of a few thousand workspaces with their Deployments.
 MAX_BODY_BYTES = 64 * 1024 * 1024

@@ -30,7 +30,7 @@ from tether.hub.ids import RowId
 from tether.hub.service import projects
 from tether.hub.workspaces import listing, operations
 from tether.hub.workspaces.address import address
-from tether.modules.remote_development.settings import from_configuration
+from tether.modules.remote_development.hub.settings import from_configuration
 from tether.modules.remote_development.states import State
 from tether.tool.ids import parse_id
 

@@ -15,7 +15,7 @@ from tether.hub.db.types import BigId, UtcDateTime, utcnow
 class WorkspacesAgentConfig(Base):
     """One version of an agent's workspaces settings; a new row whenever the agent's configuration changes them.
 
-    ``settings`` is :class:`~tether.modules.remote_development.settings.WorkspacesSettings` as JSON; the
+    ``settings`` is :class:`~tether.modules.remote_development.hub.settings.WorkspacesSettings` as JSON; the
     columns repeat the fields the hub queries.
     """
 

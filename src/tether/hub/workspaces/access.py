@@ -24,8 +24,8 @@ from tether.hub.errors import Forbidden, Unauthorized
 from tether.hub.service import users
 from tether.hub.service.principal import SCOPE_API, SCOPE_READ_API
 from tether.hub.workspaces.reconcile import cached_devfile
-from tether.modules.remote_development.desired_config import EDITOR_PORT
-from tether.modules.remote_development.devfile import DevfileError
+from tether.modules.remote_development.hub.desired_config import EDITOR_PORT
+from tether.modules.remote_development.hub.devfile import DevfileError
 from tether.modules.remote_development.states import State
 from tether.modules.workspace_access import ACCESS_PAT, ACCESS_SESSION
 from tether.modules.workspace_access.rpc.tokens import WorkspaceSession

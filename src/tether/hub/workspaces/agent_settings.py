@@ -8,7 +8,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from tether.hub.db.agents import AgentConfiguration
 from tether.hub.db.types import utcnow
 from tether.hub.db.workspaces import WorkspacesAgentConfig
-from tether.modules.remote_development.settings import WorkspacesSettings, from_configuration
+from tether.modules.remote_development.hub.settings import WorkspacesSettings, from_configuration
 
 
 async def current(session: AsyncSession, agent_id: int) -> tuple[int, WorkspacesSettings]:

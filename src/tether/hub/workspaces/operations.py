@@ -27,8 +27,8 @@ from tether.hub.roles import Role
 from tether.hub.service.access import require_project_level
 from tether.hub.service.principal import Principal
 from tether.hub.workspaces import agent_settings
-from tether.modules.remote_development.desired_config import EDITOR_PORT
-from tether.modules.remote_development.devfile import DEFAULT_DEVFILE, Devfile, DevfileError, parse_devfile
+from tether.modules.remote_development.hub.desired_config import EDITOR_PORT
+from tether.modules.remote_development.hub.devfile import DEFAULT_DEVFILE, Devfile, DevfileError, parse_devfile
 from tether.modules.remote_development.states import State, parse_desired
 
 log = logging.getLogger(__name__)

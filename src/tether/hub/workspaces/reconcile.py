@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import logging
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import and_, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -21,10 +20,18 @@ from tether.hub.db.workspaces import Workspace
 from tether.hub.workspaces import agent_settings
 from tether.hub.workspaces.address import editor_base_path
 from tether.hub.workspaces.operations import set_actual, set_desired
-from tether.modules.remote_development import desired_config, rules
-from tether.modules.remote_development.actual_state import calculate_with_failure, waiting_reason
-from tether.modules.remote_development.devfile import Devfile, DevfileError, parse_devfile
-from tether.modules.remote_development.params import UPDATE_FULL, AgentInfo, parse
+from tether.modules.remote_development.hub import desired_config, rules
+from tether.modules.remote_development.hub.actual_state import calculate_with_failure, waiting_reason
+from tether.modules.remote_development.hub.devfile import Devfile, DevfileError, parse_devfile
+from tether.modules.remote_development.hub.params import AgentInfo, parse
+from tether.modules.remote_development.hub.settings import WorkspacesSettings
+from tether.modules.remote_development.protocol import (
+    UPDATE_FULL,
+    ImagePullSecret,
+    ReconcileResponse,
+    ReconcileSettings,
+    WorkspaceRailInfo,
+)
 from tether.modules.remote_development.states import State
 
 log = logging.getLogger(__name__)
@@ -83,7 +90,7 @@ async def reconcile(
     body: object,
     state_changes: list[str] | None = None,
     workspaces_url: str | None = None,
-) -> dict[str, Any]:
+) -> ReconcileResponse:
     """Run one reconcile request of agent ``agent_id``; returns the 201 body (reference §1.4).
 
     Args:
@@ -191,18 +198,18 @@ async def reconcile(
             .values(responded_to_agent_at=now, force_include_all_resources=False)
             .execution_options(synchronize_session=False)
         )
-    return {
-        "workspace_rails_infos": infos,
-        "settings": {
-            "full_reconciliation_interval_seconds": current.full_sync_interval_s,
-            "partial_reconciliation_interval_seconds": current.partial_sync_interval_s,
-        },
-    }
+    return ReconcileResponse(
+        workspace_rails_infos=infos,
+        settings=ReconcileSettings(
+            full_reconciliation_interval_seconds=current.full_sync_interval_s,
+            partial_reconciliation_interval_seconds=current.partial_sync_interval_s,
+        ),
+    )
 
 
 def _rail_info(
-    ws: Workspace, update_type: str, settings: Any, retried: bool, workspaces_url: str | None
-) -> dict[str, Any]:
+    ws: Workspace, update_type: str, settings: WorkspacesSettings, retried: bool, workspaces_url: str | None
+) -> WorkspaceRailInfo:
     # A retried Error workspace (rules.retries_apply) gets every resource, and no resource version: agentk
     # (ours and upstream's) then reports its Deployment at the next partial update even when unchanged, so
     # the workspace leaves Error as soon as an apply succeeds.
@@ -230,12 +237,12 @@ def _rail_info(
         except DevfileError as exc:
             # One broken workspace must not stop the others (reference §4.3).
             log.warning("workspace %d %s: devfile no longer parses: %s", ws.id, ws.name, exc)
-    return {
-        "name": ws.name,
-        "namespace": ws.namespace,
-        "desired_state": ws.desired_state,
-        "actual_state": ws.actual_state,
-        "deployment_resource_version": None if retried else ws.deployment_resource_version,
-        "config_to_apply": config,
-        "image_pull_secrets": [dict(secret) for secret in settings.image_pull_secrets],
-    }
+    return WorkspaceRailInfo(
+        name=ws.name,
+        namespace=ws.namespace,
+        desired_state=ws.desired_state,
+        actual_state=ws.actual_state,
+        deployment_resource_version=None if retried else ws.deployment_resource_version,
+        config_to_apply=config,
+        image_pull_secrets=[ImagePullSecret(s["name"], s["namespace"]) for s in settings.image_pull_secrets],
+    )

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from tether.kube.client import KubeApiError, KubeClient, KubeError
-from tether.modules.remote_development.desired_config import INVENTORY_ID_LABEL, OWNING_INVENTORY
+from tether.modules.remote_development.protocol import INVENTORY_ID_LABEL, OWNING_INVENTORY
 
 FIELD_MANAGER = "agentk"
 #: The kinds workspaces are made of -> their plural resource name.

@@ -17,7 +17,7 @@ from typing import Any
 from tether.kube.client import KubeClient, KubeError
 from tether.kube.reflector import Reflector
 from tether.modules.remote_development import AGENT_ID_LABEL
-from tether.modules.remote_development.actual_state import FAILING_POD_REASONS
+from tether.modules.remote_development.protocol import FAILING_POD_REASONS
 
 WORKSPACE_ID_ANNOTATION = "workspaces.gitlab.com/id"
 _MAX_MESSAGE = 512

@@ -18,8 +18,8 @@ import hashlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
+import msgspec
 import structlog
 
 from tether.kube.client import KubeApiError, KubeClient, KubeError
@@ -30,7 +30,16 @@ from tether.modules.remote_development.agent.informer import (
     WORKSPACE_ID_ANNOTATION,
     WorkspaceInformer,
 )
-from tether.modules.remote_development.params import UPDATE_FULL, UPDATE_PARTIAL
+from tether.modules.remote_development.protocol import (
+    UPDATE_FULL,
+    UPDATE_PARTIAL,
+    ErrorDetails,
+    PodFailure,
+    ReconcileRequest,
+    ReconcileResponse,
+    WorkspaceAgentInfo,
+    WorkspaceRailInfo,
+)
 from tether.modules.remote_development.states import State
 
 _log = structlog.get_logger(__name__)
@@ -39,8 +48,8 @@ NAMESPACE_OWNER_ANNOTATION = "workspaces.gitlab.com/workspace-name"
 #: Workspaces applied at the same time.
 APPLY_CONCURRENCY = 8
 
-#: Sends one reconcile body, returns the decoded 201 answer (raises on anything else).
-Send = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+#: Sends one reconcile request, returns the decoded 201 answer (raises on anything else).
+Send = Callable[[ReconcileRequest], Awaitable[ReconcileResponse]]
 
 
 @dataclass
@@ -80,9 +89,9 @@ class Reconciler:
         self._applied: dict[str, str] = {}  # name -> digest of the last config applied without error
         self.full_done = False
 
-    async def build_request(self) -> dict[str, Any]:
-        """The next reconcile body: ``full`` until one full run succeeded, then ``partial``."""
-        infos: dict[str, dict[str, Any]] = {}
+    async def build_request(self) -> ReconcileRequest:
+        """The next reconcile request: ``full`` until one full run succeeded, then ``partial``."""
+        infos: dict[str, WorkspaceAgentInfo] = {}
         now = datetime.now(UTC)
         for deployment in self._informer.deployments():
             meta = deployment.get("metadata") or {}
@@ -94,23 +103,20 @@ class Reconciler:
             unchanged = self._acknowledged.get(name) == str(meta.get("resourceVersion", ""))
             if self.full_done and unchanged and self._reported_problems.get(name, "") == problem_key:
                 continue
-            info: dict[str, Any] = {"name": name, "namespace": namespace, "latest_k8s_deployment_info": deployment}
+            info = WorkspaceAgentInfo(name, namespace, latest_k8s_deployment_info=deployment)
             if problem is not None:
                 # lasting false: a cause that may resolve on its own, not a failure yet (the hub says Starting).
-                info["pod_failure"] = {"reason": problem.reason, "message": problem.message, "lasting": lasting}
+                info.pod_failure = PodFailure(problem.reason, problem.message, lasting)
             self._reported_problems[name] = problem_key
             infos[name] = info
         for name, termination in self._terminations.items():
             termination.progress = await self._termination_progress(name, termination)
-            info = infos.setdefault(name, {"name": name, "namespace": termination.namespace})
-            info["termination_progress"] = termination.progress
+            info = infos.setdefault(name, WorkspaceAgentInfo(name, termination.namespace))
+            info.termination_progress = termination.progress
         for name, (namespace, message) in self._errors.items():
-            info = infos.setdefault(name, {"name": name, "namespace": namespace})
-            info["error_details"] = {"error_type": "applier", "error_message": message}
-        return {
-            "update_type": UPDATE_PARTIAL if self.full_done else UPDATE_FULL,
-            "workspace_agent_infos": list(infos.values()),
-        }
+            info = infos.setdefault(name, WorkspaceAgentInfo(name, namespace))
+            info.error_details = ErrorDetails("applier", message)
+        return ReconcileRequest(UPDATE_PARTIAL if self.full_done else UPDATE_FULL, list(infos.values()))
 
     async def _termination_progress(self, name: str, termination: _Termination) -> str:
         if termination.owns_namespace:
@@ -132,36 +138,34 @@ class Reconciler:
                 the answer is applied then.
         """
         body = await self.build_request()
-        sent_errors = {
-            name for info in body["workspace_agent_infos"] if "error_details" in info for name in [info["name"]]
-        }
+        sent_errors = {info.name for info in body.workspace_agent_infos if info.error_details is not msgspec.UNSET}
         answer = await send(body)
-        infos = answer.get("workspace_rails_infos") or []
+        infos = answer.workspace_rails_infos
         semaphore = asyncio.Semaphore(APPLY_CONCURRENCY)
 
-        async def handle(info: dict[str, Any]) -> None:
+        async def handle(info: WorkspaceRailInfo) -> None:
             async with semaphore:
-                await self._handle(info, info.get("name") in sent_errors)
+                await self._handle(info, info.name in sent_errors)
 
-        await asyncio.gather(*(handle(info) for info in infos if isinstance(info, dict)))
+        await asyncio.gather(*(handle(info) for info in infos))
         self.full_done = True
         return len(infos)
 
-    async def _handle(self, info: dict[str, Any], error_delivered: bool) -> None:
-        name, namespace = str(info.get("name", "")), str(info.get("namespace", ""))
-        version = info.get("deployment_resource_version")
+    async def _handle(self, info: WorkspaceRailInfo, error_delivered: bool) -> None:
+        name, namespace = info.name, info.namespace
+        version = info.deployment_resource_version
         if version is not None:
-            self._acknowledged[name] = str(version)
+            self._acknowledged[name] = version
         else:
             # The hub holds no version (a new workspace, or an Error one it wants re-reported): the next partial
             # run sends the Deployment even if unchanged (upstream stores "" for null, with the same effect).
             self._acknowledged.pop(name, None)
         if error_delivered:
             self._errors.pop(name, None)
-        config = str(info.get("config_to_apply") or "")
+        config = info.config_to_apply or ""
         try:
-            if info.get("desired_state") == State.TERMINATED:
-                await self._terminate(name, namespace, str(info.get("actual_state", "")), config)
+            if info.desired_state == State.TERMINATED:
+                await self._terminate(name, namespace, info.actual_state, config)
                 return
             self._terminations.pop(name, None)
             await self._ensure_namespace(name, namespace)

@@ -20,7 +20,6 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 import msgspec
 import structlog
@@ -31,7 +30,12 @@ from tether.modshared.module import Module
 from tether.modules.remote_development import MODULE_NAME
 from tether.modules.remote_development.agent.informer import UNSCHEDULABLE_GRACE_S, WorkspaceInformer
 from tether.modules.remote_development.agent.reconciler import Reconciler
-from tether.modules.remote_development.settings import DEFAULT_FULL_SYNC_SECONDS, DEFAULT_PARTIAL_SYNC_SECONDS
+from tether.modules.remote_development.protocol import (
+    DEFAULT_FULL_SYNC_SECONDS,
+    DEFAULT_PARTIAL_SYNC_SECONDS,
+    ReconcileRequest,
+    ReconcileResponse,
+)
 from tether.pb.gitlab.agent.agentcfg import agentcfg_pb2
 
 _log = structlog.get_logger(__name__)
@@ -46,7 +50,7 @@ HubRequest = Callable[[str, bytes], Awaitable[tuple[int, bytes]]]
 
 
 class ReconcileRefused(Exception):
-    """The hub answered something other than 201; the message carries its status and error text."""
+    """The hub answered something other than 201, or a body that is not a reconcile response; the message says which."""
 
 
 @dataclass(frozen=True)
@@ -96,14 +100,14 @@ class RemoteDevelopmentWorker:
         self.runs = 0
         self.last_error = ""
 
-    async def _send(self, body: dict[str, Any]) -> dict[str, Any]:
+    async def _send(self, body: ReconcileRequest) -> ReconcileResponse:
         status, answer = await self._request("/reconcile", msgspec.json.encode(body))
         if status != 201:
             raise ReconcileRefused(f"the hub answered {status}: {answer[:500].decode(errors='replace')}")
-        decoded = msgspec.json.decode(answer)
-        if not isinstance(decoded, dict):
-            raise ReconcileRefused("the hub's answer is not a JSON object")
-        return decoded
+        try:
+            return msgspec.json.decode(answer, type=ReconcileResponse)
+        except msgspec.ValidationError as exc:
+            raise ReconcileRefused(f"the hub's answer is not a reconcile response: {exc}") from None
 
     async def run(self) -> None:
         """Reconcile until cancelled."""

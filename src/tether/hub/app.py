@@ -19,6 +19,7 @@ from tether.hub.api import errors, security_headers
 from tether.hub.api.access_log import AccessLogMiddleware
 from tether.hub.api.encoded_paths import EncodedPathMiddleware
 from tether.hub.api.form_bodies import FormBodyMiddleware
+from tether.hub.api.graphql import router as graphql_router
 from tether.hub.api.internal_auth import KasJwtMiddleware
 from tether.hub.api.routes_agent_config import router as agent_config_router
 from tether.hub.api.routes_agent_tokens import router as agent_tokens_router
@@ -44,7 +45,6 @@ from tether.hub.kas_client import client_for
 from tether.hub.secrets_file import gitaly_token
 from tether.hub.service.revocation_outbox import RevocationSweeper
 from tether.hub.service.token_use import TokenUseWriter
-from tether.hub.workspaces.graphql import router as graphql_router
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ import subprocess
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tether.devenv.process import EnvironmentProblem
+from tether_devenv.process import EnvironmentProblem
 
 LINK_RANGE = ipaddress.ip_network("198.18.0.0/16")
 POD_RANGE = ipaddress.ip_network("198.19.0.0/16")

@@ -27,12 +27,12 @@ from typing import Any
 
 import yaml
 
-from tether.devenv.cluster import LocalCluster
-from tether.devenv.helm import build_helm
-from tether.devenv.images import build_images
-from tether.devenv.kubeapi import ApiError, KubeApi
-from tether.devenv.process import EnvironmentProblem
-from tether.devenv.tools_image import build_tools_image
+from tether_devenv.cluster import LocalCluster
+from tether_devenv.helm import build_helm
+from tether_devenv.images import build_images
+from tether_devenv.kubeapi import ApiError, KubeApi
+from tether_devenv.process import EnvironmentProblem
+from tether_devenv.tools_image import build_tools_image
 
 Progress = Callable[[str], None]
 RELEASE = "tether-agent"
@@ -84,8 +84,8 @@ async def install_agentk(
     """Load the agentk image, install the chart and wait for its pods; return the ready pods' names.
 
     Raises:
-        tether.devenv.images.ImageBuildError: the image cannot be built.
-        tether.devenv.build.BuildError: helm cannot be built.
+        tether_devenv.images.ImageBuildError: the image cannot be built.
+        tether_devenv.build.BuildError: helm cannot be built.
         EnvironmentProblem: loading the image or ``helm`` failed, or the pods were not ready within
             :data:`READY_TIMEOUT_S` (with each pod's state and where to find agentk's log).
     """

@@ -5,7 +5,7 @@ Authentication as the REST API: a personal access token in ``PRIVATE-TOKEN`` or 
 (401 without one). Scopes as GitLab's (issue 27 item 4): a query needs ``api`` or ``read_api``, a mutation
 ``api``; checked for the whole operation before it runs, so no field is reachable without them, and the error
 names the missing scope. Cost (issue 27 item 3): a request is reckoned before it runs
-(:mod:`~tether.hub.workspaces.graphql_cost`) and refused at once beyond the budget; all its fields share one
+(:mod:`~tether.hub.api.graphql_cost`) and refused at once beyond the budget; all its fields share one
 database session, queries one read-only transaction. Global ids are GitLab's (``gid://gitlab/RemoteDevelopment::Workspace/1``,
 ``gid://gitlab/Clusters::Agent/1``, ``gid://gitlab/Project/1``); plain numbers are accepted too.
 A rule a value breaks is returned in the payload's ``errors``, naming the field; a workspace, project or
@@ -34,6 +34,7 @@ from strawberry.types.graphql import OperationType
 
 from tether.hub.api.auth import authenticated
 from tether.hub.api.connections import announce_workspace_changes
+from tether.hub.api.graphql_cost import Budget, Cost, budget_rule
 from tether.hub.api.state import hub_state
 from tether.hub.db.engine import Database
 from tether.hub.db.workspaces import Workspace as WorkspaceRow
@@ -41,8 +42,7 @@ from tether.hub.errors import BadRequest, Forbidden, HubError, NotFound
 from tether.hub.service.principal import SCOPE_API, SCOPE_READ_API, Principal
 from tether.hub.workspaces import listing, operations
 from tether.hub.workspaces.address import address
-from tether.hub.workspaces.graphql_cost import Budget, Cost, budget_rule
-from tether.modules.remote_development.devfile import DEFAULT_DEVFILE
+from tether.modules.remote_development.hub.devfile import DEFAULT_DEVFILE
 
 log = logging.getLogger(__name__)
 NO_ACCESS = (

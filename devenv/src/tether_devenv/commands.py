@@ -12,13 +12,13 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from tether.devenv import node_build, upstream
-from tether.devenv.assets import AssetsMissing, cache_problem, cache_root
-from tether.devenv.build import BuildError, build
-from tether.devenv.cluster import ClusterInfo, LocalCluster, ensure_not_running, stop_recorded
-from tether.devenv.node import STORAGE_CLASS
-from tether.devenv.oci import BUSYBOX_IMAGE
-from tether.devenv.process import EnvironmentProblem
+from tether_devenv import node_build, upstream
+from tether_devenv.assets import AssetsMissing, cache_problem, cache_root
+from tether_devenv.build import BuildError, build
+from tether_devenv.cluster import ClusterInfo, LocalCluster, ensure_not_running, stop_recorded
+from tether_devenv.node import STORAGE_CLASS
+from tether_devenv.oci import BUSYBOX_IMAGE
+from tether_devenv.process import EnvironmentProblem
 
 console = Console(stderr=True, highlight=False)
 
@@ -68,11 +68,11 @@ def print_access(info: ClusterInfo) -> None:
 def start_cluster(directory: Path, nodes: int, api_port: int | None, real_nodes: int = 0) -> LocalCluster:
     """Build binaries if needed, refuse a second cluster in ``directory``, and start one.
 
-    ``real_nodes`` > 0 adds nodes that run containers (:mod:`tether.devenv.node`); their binaries are built
+    ``real_nodes`` > 0 adds nodes that run containers (:mod:`tether_devenv.node`); their binaries are built
     first when missing.
 
     Raises:
-        tether.devenv.process.EnvironmentProblem: and subclasses, with a message for a person.
+        tether_devenv.process.EnvironmentProblem: and subclasses, with a message for a person.
     """
     ensure_binaries()
     if real_nodes and node_build.cache_problem() is not None:

@@ -1,7 +1,7 @@
 """A private, throw-away PostgreSQL cluster for tests and local runs.
 
 A fresh cluster is made with ``initdb`` (trust authentication, superuser ``postgres``) and served by a
-foreground ``postgres`` under :class:`~tether.devenv.process.ManagedProcess`, listening on loopback only with
+foreground ``postgres`` under :class:`~tether_devenv.process.ManagedProcess`, listening on loopback only with
 durability switched off (``fsync``, ``synchronous_commit``, ``full_page_writes``) because the data is disposable.
 
 ``initdb`` and ``postgres`` refuse to run as root, so when we are root both run as the ``postgres`` system user.
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
-from tether.devenv.process import (
+from tether_devenv.process import (
     EnvironmentProblem,
     ManagedProcess,
     ProcessFailed,

@@ -5,7 +5,7 @@ Start order, flags and readiness checks follow ``../shared/reference/k8s_testenv
 nodes that kwok keeps Ready, so Deployments get ReplicaSets and Pods that are bound and marked Running.
 TLS everywhere clients connect, a static admin token, and RBAC enabled, as in a real cluster.
 
-With ``real_nodes`` > 0 the cluster also gets real nodes (:mod:`tether.devenv.node`: containerd, kubelet,
+With ``real_nodes`` > 0 the cluster also gets real nodes (:mod:`tether_devenv.node`: containerd, kubelet,
 kube-proxy, CoreDNS, local-path-provisioner) that run containers. kwok then manages only the nodes it was
 given (annotation ``kwok.x-k8s.io/node=fake``, its node selector option) and those carry kwok's
 ``kwok.x-k8s.io/node=fake:NoSchedule`` taint, upstream's advice, so that ordinary pods land on a real node.
@@ -26,13 +26,13 @@ from typing import Any
 
 import yaml
 
-from tether.devenv import node_build
-from tether.devenv import pki as pki_mod
-from tether.devenv.assets import Assets, locate
-from tether.devenv.kubeapi import ApiError, KubeApi
-from tether.devenv.kwok_failures import stage_files
-from tether.devenv.node import RealNodes, apiserver_args, teardown_recorded
-from tether.devenv.process import (
+from tether_devenv import node_build
+from tether_devenv import pki as pki_mod
+from tether_devenv.assets import Assets, locate
+from tether_devenv.kubeapi import ApiError, KubeApi
+from tether_devenv.kwok_failures import stage_files
+from tether_devenv.node import RealNodes, apiserver_args, teardown_recorded
+from tether_devenv.process import (
     EnvironmentProblem,
     ManagedProcess,
     ensure_port_free,
@@ -60,7 +60,7 @@ class ClusterInfo:
         ca_file: CA certificate that signed the API server's certificate.
         kubeconfig: path of an admin kubeconfig.
         pids: component name to pid, in start order.
-        real_nodes: what :func:`tether.devenv.node.teardown_recorded` needs to remove the real nodes
+        real_nodes: what :func:`tether_devenv.node.teardown_recorded` needs to remove the real nodes
             (empty without real nodes).
     """
 
@@ -149,10 +149,10 @@ class LocalCluster:
         directory: state directory; everything the cluster writes goes below it.
         nodes: number of kwok fake nodes (at least 1 without real nodes, may be 0 with them).
         api_port: fixed API server port, or None for a free one.
-        assets: binaries to use; default :func:`tether.devenv.assets.locate`.
+        assets: binaries to use; default :func:`tether_devenv.assets.locate`.
         progress: receives one human-readable line per start-up step.
         extra_apiserver_args: appended to kube-apiserver's flags (e.g. a shorter compaction interval).
-        real_nodes: number of real nodes that run containers (:mod:`tether.devenv.node`); 0 for none.
+        real_nodes: number of real nodes that run containers (:mod:`tether_devenv.node`); 0 for none.
     """
 
     def __init__(
@@ -197,11 +197,11 @@ class LocalCluster:
         """Start every component and wait until the cluster can run pods; return how to reach it.
 
         Raises:
-            tether.devenv.assets.AssetsMissing: binaries are not built (message says how to build them).
-            tether.devenv.process.PortInUse: a fixed ``api_port`` is taken.
-            tether.devenv.process.ProcessFailed: a component exited or never became ready (with its log tail).
-            tether.devenv.build.BuildError: real nodes were asked for and their binaries are not built.
-            tether.devenv.node_net.NodeNetworkError: a real node's network could not be set up.
+            tether_devenv.assets.AssetsMissing: binaries are not built (message says how to build them).
+            tether_devenv.process.PortInUse: a fixed ``api_port`` is taken.
+            tether_devenv.process.ProcessFailed: a component exited or never became ready (with its log tail).
+            tether_devenv.build.BuildError: real nodes were asked for and their binaries are not built.
+            tether_devenv.node_net.NodeNetworkError: a real node's network could not be set up.
         """
         assets = self.assets or locate()
         if self.real_nodes:

@@ -2,7 +2,7 @@
 
 A sentinel rewrites its configuration file as it learns the other sentinels and replicas, so each one gets a
 file of its own under its ``base_dir``. It listens on loopback only and runs in the foreground under
-:class:`~tether.devenv.process.ManagedProcess` (its log tail in every start-up error, teardown by pid).
+:class:`~tether_devenv.process.ManagedProcess` (its log tail in every start-up error, teardown by pid).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
-from tether.devenv.process import EnvironmentProblem, ManagedProcess, SupervisedServer, free_port
-from tether.devenv.redis_server import HOST, redis_ping
+from tether_devenv.process import EnvironmentProblem, ManagedProcess, SupervisedServer, free_port
+from tether_devenv.redis_server import HOST, redis_ping
 
 INSTALL_HINT = "install it with `apt-get install redis-sentinel`"
 

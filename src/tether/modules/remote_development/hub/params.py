@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-UPDATE_FULL = "full"
-UPDATE_PARTIAL = "partial"
-_UPDATE_TYPES = ["partial", "full"]
+from tether.modules.remote_development.protocol import UPDATE_FULL, UPDATE_PARTIAL
+
+_UPDATE_TYPES = [UPDATE_PARTIAL, UPDATE_FULL]
 _TERMINATION = ["Terminating", "Terminated"]
 _ERROR_TYPES = ["applier", "kubernetes"]
 #: Prefix of every validation error (reference §1.5).

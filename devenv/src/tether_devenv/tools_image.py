@@ -18,7 +18,7 @@ works (no Python, no shell, another libc), the copy carries everything it runs o
   same image copies nothing).
 
 Built as ``images.py`` builds the others (reproducible layer, umoci, OCI archive, cached under a key over every
-input): ``python -m tether.devenv.tools_image`` (``make images``).
+input): ``python -m tether_devenv.tools_image`` (``make images``).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ import sys
 import time
 from pathlib import Path
 
-from tether.devenv import images
-from tether.devenv.image_rootfs import ImageBuildError, base_rootfs, run
+from tether_devenv import images
+from tether_devenv.image_rootfs import ImageBuildError, base_rootfs, run
 
 __all__ = ["GL_TOOLS_DIR", "TOOLS_IMAGE", "build_tools_image", "main"]
 
@@ -192,8 +192,8 @@ def build_tools_image(force: bool = False, progress: images.Progress = print) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m tether.devenv.tools_image [--force]``: build the image and print it."""
-    parser = argparse.ArgumentParser(prog="python -m tether.devenv.tools_image", description=__doc__.splitlines()[0])
+    """``python -m tether_devenv.tools_image [--force]``: build the image and print it."""
+    parser = argparse.ArgumentParser(prog="python -m tether_devenv.tools_image", description=__doc__.splitlines()[0])
     parser.add_argument("--force", action="store_true", help="rebuild even when the cache is current")
     args = parser.parse_args(argv)
     try:

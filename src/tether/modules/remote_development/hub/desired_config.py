@@ -4,7 +4,7 @@ Objects are built as plain JSON in upstream's order and rendered as one YAML str
 flow mapping with deep-sorted keys (valid YAML, stable, and fast for a thousand workspaces).
 
 The editor is injected as GitLab does it (§4.2) into the container whose component has ``gl/inject-editor:
-true``: an init container of the tools-injector image (``tether.devenv.tools_image``) copies the editor into
+true``: an init container of the tools-injector image (``tether_devenv.tools_image``) copies the editor into
 the data volume, and the container runs it on port 60001 (``editor-server``), beside its own command if the
 devfile gives one. The editor brings its own interpreter and libraries, so any image works.
 
@@ -26,13 +26,12 @@ import msgspec
 
 from tether import __version__
 from tether.modules.remote_development import AGENT_ID_LABEL, WORKSPACE_ID_LABEL
-from tether.modules.remote_development.devfile import Devfile
-from tether.modules.remote_development.rules import Inclusion, replicas_for
-from tether.modules.remote_development.settings import WorkspacesSettings
+from tether.modules.remote_development.hub.devfile import Devfile
+from tether.modules.remote_development.hub.rules import Inclusion, replicas_for
+from tether.modules.remote_development.hub.settings import WorkspacesSettings
+from tether.modules.remote_development.protocol import INVENTORY_ID_LABEL, OWNING_INVENTORY
 from tether.modules.remote_development.states import State
 
-INVENTORY_ID_LABEL = "cli-utils.sigs.k8s.io/inventory-id"
-OWNING_INVENTORY = "config.k8s.io/owning-inventory"
 HOST_TEMPLATE = "workspaces.gitlab.com/host-template"
 WORKSPACE_ID_ANNOTATION = "workspaces.gitlab.com/id"
 MAX_RESOURCES_SHA = "workspaces.gitlab.com/max-resources-per-workspace-sha256"
@@ -49,7 +48,7 @@ PROGRESS_DEADLINE_S = 120
 #: The editor's port and its name (reference §4.2).
 EDITOR_PORT = 60001
 EDITOR_PORT_NAME = "editor-server"
-#: The tools-injector image (``python -m tether.devenv.tools_image`` builds it; ``make images``).
+#: The tools-injector image (``python -m tether_devenv.tools_image`` builds it; ``make images``).
 TOOLS_INJECTOR_IMAGE = f"localhost/tether/workspace-tools:{__version__}"
 TOOLS_INJECTOR_NAME = "gl-tools-injector"
 #: Where the injector copies the editor: the data volume (GitLab's ``GL_TOOLS_DIR``).

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from tether.modules.remote_development.params import UPDATE_FULL
+from tether.modules.remote_development.protocol import UPDATE_FULL
 from tether.modules.remote_development.states import State
 
 #: Hard cap on a workspace's age (upstream ``MAX_HOURS_BEFORE_TERMINATION``).

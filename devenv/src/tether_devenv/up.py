@@ -3,11 +3,11 @@
 Order: local cluster (unless ``KUBECONFIG`` names one) -> hub (SQLite) -> one admin token, a project, an
 agent with workspaces enabled, its token and configuration through the hub's REST API -> kas replicas (memory
 state, or Redis) -> with ``--front-proxy``, HAProxy before the agent listener agentk uses
-(``tether.devenv.front_proxy``) -> agentk -> a kubeconfig whose server is kas' Kubernetes API proxy and whose
+(``tether_devenv.front_proxy``) -> agentk -> a kubeconfig whose server is kas' Kubernetes API proxy and whose
 token is ``pat:<agent id>:<personal access token>`` (kas.md §4.5).
 
 By default the cluster has one real node (issue 22 item 5) and agentk runs in it from its chart
-(:mod:`tether.devenv.up_agent`), as in a user's cluster; kas and the hub stay processes on the host, kas'
+(:mod:`tether_devenv.up_agent`), as in a user's cluster; kas and the hub stay processes on the host, kas'
 agent listener on the host's address on the node's veth, where pods reach it. With ``--kwok-only`` (or a
 ``KUBECONFIG``) agentk is a host process as before and the nodes are kwok's.
 
@@ -36,14 +36,14 @@ import click
 import yaml
 from rich.markup import escape
 
-from tether.devenv import node_build, pki
-from tether.devenv.cluster import LocalCluster, stop_recorded, write_kubeconfig
-from tether.devenv.commands import console, ensure_binaries
-from tether.devenv.front_proxy import FrontProxyParameters, haproxy_binary, start_front_proxy
-from tether.devenv.oci import BUSYBOX_IMAGE, WORKSPACE_IMAGE
-from tether.devenv.process import EnvironmentProblem, ManagedProcess, ensure_port_free
-from tether.devenv.up_agent import install_agentk
 from tether.tool.secrets import write_base64_secret
+from tether_devenv import node_build, pki
+from tether_devenv.cluster import LocalCluster, stop_recorded, write_kubeconfig
+from tether_devenv.commands import console, ensure_binaries
+from tether_devenv.front_proxy import FrontProxyParameters, haproxy_binary, start_front_proxy
+from tether_devenv.oci import BUSYBOX_IMAGE, WORKSPACE_IMAGE
+from tether_devenv.process import EnvironmentProblem, ManagedProcess, ensure_port_free
+from tether_devenv.up_agent import install_agentk
 
 Progress = Callable[[str], None]
 TETHER = str(Path(sys.executable).parent / "tether")

@@ -1,7 +1,7 @@
 """A private, throw-away ``redis-server`` for tests and local runs.
 
 The server listens on loopback only, keeps nothing on disk (``--save '' --appendonly no``) and runs in the
-foreground under :class:`~tether.devenv.process.ManagedProcess`, so start-up problems are reported with the
+foreground under :class:`~tether_devenv.process.ManagedProcess`, so start-up problems are reported with the
 server's own log tail and teardown signals only the recorded pid.
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
-from tether.devenv.process import (
+from tether_devenv.process import (
     EnvironmentProblem,
     ManagedProcess,
     ProcessFailed,

@@ -6,7 +6,7 @@ by hand; ``docs/deployment.md`` "The development cluster's real node" explains t
 - **containerd** (Debian) with its own ``root``, ``state``, socket and runc root under the node's directory;
   ``restrict_oom_score_adj`` (the VM withholds ``CAP_SYS_RESOURCE``: without it every sandbox fails), runc
   with cgroupfs (crun refuses hybrid cgroups), the sandbox image imported from a local archive
-  (:mod:`tether.devenv.oci`), pod network namespaces under the state directory (so clean-up finds them), and
+  (:mod:`tether_devenv.oci`), pod network namespaces under the state directory (so clean-up finds them), and
   the default registry configuration, so a node that can reach a registry pulls from it.
 - **CNI**: ``bridge`` (gateway, IP masquerade, hairpin) + ``host-local`` on the node's ``/24`` + ``portmap``.
 - **kubelet**: cgroupfs, ``failCgroupV1: false``, ``cgroupsPerQOS: false``, no node-allocatable
@@ -43,12 +43,12 @@ from typing import Any
 
 import yaml
 
-from tether.devenv import node_net, oci
-from tether.devenv import pki as pki_mod
-from tether.devenv.kubeapi import ApiError, KubeApi
-from tether.devenv.node_build import NodeBinaries
-from tether.devenv.node_net import NodeNet
-from tether.devenv.process import ManagedProcess, ProcessFailed, pid_alive, stop_pid
+from tether_devenv import node_net, oci
+from tether_devenv import pki as pki_mod
+from tether_devenv.kubeapi import ApiError, KubeApi
+from tether_devenv.node_build import NodeBinaries
+from tether_devenv.node_net import NodeNet
+from tether_devenv.process import ManagedProcess, ProcessFailed, pid_alive, stop_pid
 
 Progress = Callable[[str], None]
 DNS_SERVICE_IP = "10.96.0.10"
@@ -368,9 +368,9 @@ class RealNodes:
         """Create the networks, start every node, then the DNS and storage add-ons; wait until usable.
 
         Raises:
-            tether.devenv.node_net.NodeNetworkError: a network command failed.
-            tether.devenv.process.ProcessFailed: a program exited or did not become ready (with its log tail).
-            tether.devenv.oci.ImageError: busybox-static is missing.
+            tether_devenv.node_net.NodeNetworkError: a network command failed.
+            tether_devenv.process.ProcessFailed: a program exited or did not become ready (with its log tail).
+            tether_devenv.oci.ImageError: busybox-static is missing.
         """
         self.tunables = read_tunables()
         self.nets = node_net.plan(self.count)
@@ -562,7 +562,7 @@ class RealNodes:
         """Load an OCI archive (``make images``) into every node's containerd, as a registry pull would.
 
         Raises:
-            tether.devenv.node_net.NodeNetworkError: ``ctr images import`` failed (with its error output).
+            tether_devenv.node_net.NodeNetworkError: ``ctr images import`` failed (with its error output).
         """
         import_archives(self.record(), [archive])
 
@@ -632,13 +632,13 @@ def _ctr(socket_path: Path, *args: str, timeout: float = 60) -> subprocess.Compl
 def import_archives(record: dict[str, Any], archives: list[Path]) -> None:
     """Import OCI archives into the containerd of every node of a cluster's recorded ``real_nodes`` entry.
 
-    The archives: ``make images``' kas, agentk and hub, :func:`tether.devenv.oci.write_redis_image`'s Redis.
+    The archives: ``make images``' kas, agentk and hub, :func:`tether_devenv.oci.write_redis_image`'s Redis.
     The node imports only its own pause and busybox images at start; charts' images come this way where no
     registry is reachable (pods then run them with ``imagePullPolicy: IfNotPresent``). Importing an image
     that is already there is quick and changes nothing.
 
     Raises:
-        tether.devenv.node_net.NodeNetworkError: ``ctr images import`` failed (its message).
+        tether_devenv.node_net.NodeNetworkError: ``ctr images import`` failed (its message).
     """
     for node in record.get("nodes", []):
         socket_path = Path(node["directory"]) / "containerd.sock"

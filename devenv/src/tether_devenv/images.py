@@ -45,8 +45,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from tether import __version__
-from tether.devenv.assets import cache_root
-from tether.devenv.image_rootfs import (
+from tether_devenv.assets import cache_root
+from tether_devenv.image_rootfs import (
     DEBIAN_SUITE,
     FRONT_PROXY_PACKAGES,
     RUNTIME_PACKAGES,
@@ -54,7 +54,7 @@ from tether.devenv.image_rootfs import (
     base_rootfs,
     run,
 )
-from tether.devenv.image_tar import reproducible_tar
+from tether_devenv.image_tar import reproducible_tar
 
 __all__ = [
     "BASE_ENV",
@@ -545,8 +545,8 @@ def _stderr(line: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m tether.devenv.images [--force] [NAME...]`` (``make images``): build and print the images."""
-    parser = argparse.ArgumentParser(prog="python -m tether.devenv.images", description=__doc__.splitlines()[0])
+    """``python -m tether_devenv.images [--force] [NAME...]`` (``make images``): build and print the images."""
+    parser = argparse.ArgumentParser(prog="python -m tether_devenv.images", description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", default=list(IMAGES), help=f"images to build (default: {' '.join(IMAGES)})")
     parser.add_argument("--force", action="store_true", help="rebuild even when the cache is current")
     parser.add_argument("--json", action="store_true", help="print one JSON object per image (progress on stderr)")

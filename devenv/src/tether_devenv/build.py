@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tether.devenv.assets import (
+from tether_devenv.assets import (
     ETCD_VERSION,
     K8S_VERSION,
     KWOK_STAGE_FILES,
@@ -141,7 +141,7 @@ def _fresh_module(go: str, run: _Runner, work: Path, name: str) -> None:
 def _build_kubernetes(go: str, run: _Runner, work: Path, out: Path, commands: Sequence[str] = _K8S_CMDS) -> None:
     """Build ``k8s.io/kubernetes/cmd/<command>`` for each of ``commands`` in a wrapper module into ``out``.
 
-    The real node's kubelet and kube-proxy (:mod:`tether.devenv.node_build`) come from here too, so every
+    The real node's kubelet and kube-proxy (:mod:`tether_devenv.node_build`) come from here too, so every
     Kubernetes binary is built from the same module at the same version.
     """
     _fresh_module(go, run, work, "local/k8sbin")

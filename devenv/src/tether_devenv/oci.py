@@ -19,7 +19,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tether.devenv.process import EnvironmentProblem
+from tether_devenv.process import EnvironmentProblem
 
 BUSYBOX = Path("/bin/busybox")
 PAUSE_IMAGE = "localhost/tether/pause:local"

@@ -23,7 +23,7 @@ import string
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tether.devenv.process import EnvironmentProblem, ManagedProcess, tcp_open
+from tether_devenv.process import EnvironmentProblem, ManagedProcess, tcp_open
 
 __all__ = ["TEMPLATE", "FrontProxyParameters", "haproxy_binary", "render_config", "start_front_proxy"]
 

@@ -13,12 +13,12 @@ from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Any
 
+from tether.modules.remote_development.protocol import DEFAULT_FULL_SYNC_SECONDS, DEFAULT_PARTIAL_SYNC_SECONDS
+
 #: Upstream default egress: anywhere but the private ranges.
 DEFAULT_EGRESS: tuple[dict[str, Any], ...] = (
     {"allow": "0.0.0.0/0", "except": ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"]},
 )
-DEFAULT_PARTIAL_SYNC_SECONDS = 10
-DEFAULT_FULL_SYNC_SECONDS = 3600
 
 
 @dataclass(frozen=True)

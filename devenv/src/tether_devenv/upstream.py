@@ -27,8 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tether.devenv.assets import cache_root, manifest_problem
-from tether.devenv.build import BuildError, Progress, _check_go, _Runner
+from tether_devenv.assets import cache_root, manifest_problem
+from tether_devenv.build import BuildError, Progress, _check_go, _Runner
 
 AGENT_COMMIT = "8daa08cc"
 AGENT_VERSION = f"v16.5.0-{AGENT_COMMIT}"

@@ -15,8 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tether.devenv.assets import cache_root
-from tether.devenv.build import BuildError, Progress, _check_go, _exclusive, _fresh_module, _Runner
+from tether_devenv.assets import cache_root
+from tether_devenv.build import BuildError, Progress, _check_go, _exclusive, _fresh_module, _Runner
 
 __all__ = ["HELM_VERSION", "build_helm", "helm_path"]
 

@@ -1,8 +1,8 @@
 """Build the real node's binaries from upstream Go modules, once per machine.
 
-The development cluster's real node (:mod:`tether.devenv.node`) runs four programs that no Debian package
+The development cluster's real node (:mod:`tether_devenv.node`) runs four programs that no Debian package
 ships: kubelet and kube-proxy, built from the same ``k8s.io/kubernetes`` module and version as the control
-plane (:func:`tether.devenv.build._build_kubernetes`, ``../shared/reference/deployment.md`` §1); CoreDNS for
+plane (:func:`tether_devenv.build._build_kubernetes`, ``../shared/reference/deployment.md`` §1); CoreDNS for
 cluster DNS (``github.com/coredns/coredns``, its go.mod has no replace directive, so a plain wrapper module
 builds it); and local-path-provisioner for dynamic PersistentVolumes
 (``github.com/rancher/local-path-provisioner``). containerd, runc and the CNI plugins come from Debian
@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tether.devenv.assets import K8S_VERSION, MANIFEST, cache_root, manifest_problem
-from tether.devenv.build import BuildError, Progress, _build_kubernetes, _build_wrapped, _check_go, _exclusive, _Runner
+from tether_devenv.assets import K8S_VERSION, MANIFEST, cache_root, manifest_problem
+from tether_devenv.build import BuildError, Progress, _build_kubernetes, _build_wrapped, _check_go, _exclusive, _Runner
 
 COREDNS_VERSION = "1.12.4"
 LOCAL_PATH_VERSION = "0.0.30"

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tether.modules.remote_development.protocol import FAILING_POD_REASONS
 from tether.modules.remote_development.states import State
 
 _PROGRESSING_ROLLOUT = frozenset({"NewReplicaSetCreated", "FoundNewReplicaSet", "ReplicaSetUpdated"})
@@ -108,24 +109,6 @@ class Failure:
     def text(self) -> str:
         """``reason: message`` (or only the reason)."""
         return f"{self.reason}: {self.message}" if self.message else self.reason
-
-
-#: Pod problems agentk reports that mean the Deployment cannot progress on its own.
-FAILING_POD_REASONS = frozenset(
-    {
-        "ImagePullBackOff",
-        "ErrImagePull",
-        "InvalidImageName",
-        "ErrImageNeverPull",
-        "CrashLoopBackOff",
-        "CreateContainerConfigError",
-        "CreateContainerError",
-        "RunContainerError",
-        "Unschedulable",
-        "Error",
-        "OOMKilled",
-    }
-)
 
 
 def _pod_failure(pod_failure: Mapping[str, Any] | None) -> Failure | None:
