@@ -137,6 +137,13 @@ def test_failure_reasons_tether() -> None:
     quota["status"]["conditions"][1]["message"] = 'pods "x" is forbidden: exceeded quota'
     state, failure = calculate_with_failure(quota, None, None, None)
     assert state == State.FAILED and failure is not None and "exceeded quota" in failure.message
+    # The workspace's own ServiceAccount, applied with the Deployment, not yet seen by admission: it passes.
+    account = dep(["Progressing/ReplicaSetUpdated", "ReplicaFailure/FailedCreate"], 1)
+    account["status"]["conditions"][1]["message"] = (
+        'pods "ws-1-abc" is forbidden: error looking up service account gl-rd-ns-1/ws-1: '
+        'serviceaccount "ws-1" not found'
+    )
+    assert calculate_with_failure(account, None, None, None) == (State.STARTING, None)
     deadline = dep(["Progressing/ProgressDeadlineExceeded"], 1)
     assert explain_failure(deadline, None) == Failure("ProgressDeadlineExceeded", "")
     # Past the deadline the pod's own reason stays the one shown, as long as the pod reports it.

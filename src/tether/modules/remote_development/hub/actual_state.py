@@ -8,6 +8,7 @@ Deployment's progress deadline.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -122,6 +123,15 @@ def _lasting(pod_failure: Mapping[str, Any]) -> bool:
     return pod_failure.get("lasting") is not False
 
 
+#: The admission refusal a pod gets while the workspace's own ServiceAccount, applied in the same run as its
+#: Deployment, is not yet in the API server's cache: the ReplicaSet controller retries and it passes.
+_ACCOUNT_NOT_FOUND = re.compile(r'serviceaccount "[^"]*" not found')
+
+
+def _own_account_pending(condition: Mapping[str, Any]) -> bool:
+    return condition.get("reason") == "FailedCreate" and bool(_ACCOUNT_NOT_FOUND.search(str(condition.get("message"))))
+
+
 def explain_failure(deployment: Mapping[str, Any] | None, pod_failure: Mapping[str, Any] | None) -> Failure | None:
     """The failure a user should see, or None when nothing is known to be wrong (Tether addition).
 
@@ -133,16 +143,21 @@ def explain_failure(deployment: Mapping[str, Any] | None, pod_failure: Mapping[s
             less than agentk's grace, e.g. while its claim binds): not a failure by itself.
 
     Sources, in order: the Deployment's ``ReplicaFailure`` condition (quota, admission: pods cannot even be
-    created), then a lasting pod problem whose reason is one of :data:`FAILING_POD_REASONS` (specific for as
-    long as the cause lasts), then ``Progressing`` with ``ProgressDeadlineExceeded`` (named by the pod's own
-    reason when agentk reports one, lasting or not: the deadline has decided it lasted).
+    created; not the missing-ServiceAccount refusal of a first start, which passes on its own), then a lasting
+    pod problem whose reason is one of :data:`FAILING_POD_REASONS` (specific for as long as the cause lasts),
+    then ``Progressing`` with ``ProgressDeadlineExceeded`` (named by the pod's own reason when agentk reports
+    one, lasting or not: the deadline has decided it lasted).
     """
     conditions: list[Any] = []
     if isinstance(deployment, Mapping) and isinstance(deployment.get("status"), Mapping):
         found = deployment["status"].get("conditions")
         conditions = found if isinstance(found, list) else []
     replica_failure = _condition(conditions, "ReplicaFailure")
-    if replica_failure is not None and replica_failure.get("status") == "True":
+    if (
+        replica_failure is not None
+        and replica_failure.get("status") == "True"
+        and not _own_account_pending(replica_failure)
+    ):
         return Failure(
             str(replica_failure.get("reason") or "ReplicaFailure"), str(replica_failure.get("message") or "")
         )
