@@ -18,8 +18,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,12 +112,15 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Up, str]]:
     if os.geteuid() != 0:
         pytest.fail("the real node needs root (network namespaces, containerd, kubelet)", pytrace=False)
     directory = tmp_path_factory.mktemp("tether-up")
-    run = Up(state=directory / "state", log_path=directory / "up.log")
+    # Short: the node's unix sockets live below the state directory (a worker's temporary path is too deep).
+    state = Path(tempfile.mkdtemp(prefix="tu-", dir="/tmp"))
+    run = Up(state=state, log_path=directory / "up.log")
     try:
         output = run.start()
         yield run, output
     finally:
         run.stop()
+        shutil.rmtree(state, ignore_errors=True)
 
 
 def _shell(command: str, kubeconfig: str, stdin: str = "", timeout: float = 180) -> subprocess.CompletedProcess[str]:

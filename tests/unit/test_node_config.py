@@ -68,3 +68,11 @@ def test_kube_proxy_masquerades_service_traffic_and_leaves_conntrack_alone(tmp_p
 def test_mounts_under_lists_only_that_directory(tmp_path: Path) -> None:
     assert node.mounts_under(tmp_path) == []
     assert "/proc" in node.mounts_under(Path("/proc"))
+
+
+def test_a_cluster_directory_too_deep_for_the_node_sockets_is_refused_with_the_room_left() -> None:
+    """Before, kubelet exited half-way through the start ("bind: invalid argument" on its pod resources socket)."""
+    node.check_socket_room(Path("/tmp/tu-abc/cluster"))
+    deep = Path("/tmp/pytest-of-root/pytest-501/popen-gw1/tether-up0/state/cluster")
+    with pytest.raises(node_net.NodeNetworkError, match=r"at most \d+ characters"):
+        node.check_socket_room(deep)

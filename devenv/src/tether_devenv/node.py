@@ -106,6 +106,30 @@ def _kubeconfig(path: Path, server: str, ca_file: Path, user: dict[str, str]) ->
     return path
 
 
+#: Bytes a unix socket path may hold on Linux (``sun_path`` is 108 with its terminating NUL).
+_UNIX_PATH_MAX = 107
+#: The deepest socket a node makes below the cluster directory: kubelet's pod resources endpoint.
+_DEEPEST_SOCKET = "nodes/real-node-00/kubelet/pod-resources/1234567890"
+
+
+def check_socket_room(directory: Path) -> None:
+    """Refuse a cluster directory too deep for the sockets its nodes create (containerd's, kubelet's).
+
+    Without this check kubelet or containerd exits with "bind: invalid argument" or "unix socket path too
+    long" half-way through the start.
+
+    Raises:
+        tether_devenv.node_net.NodeNetworkError: ``directory`` is longer than the sockets allow; says by how much.
+    """
+    deepest = len(str(directory.absolute() / _DEEPEST_SOCKET))
+    if deepest > _UNIX_PATH_MAX:
+        room = len(str(directory.absolute())) - (deepest - _UNIX_PATH_MAX)
+        raise node_net.NodeNetworkError(
+            f"the cluster directory {directory} is too deep for the real node's unix sockets: use a state "
+            f"directory whose cluster directory has at most {room} characters (e.g. --state-dir under /tmp)"
+        )
+
+
 def _containerd_config(directory: Path, net: NodeNet) -> str:
     cri = 'plugins."io.containerd.grpc.v1.cri"'
     return f"""version = 2
@@ -371,7 +395,9 @@ class RealNodes:
             tether_devenv.node_net.NodeNetworkError: a network command failed.
             tether_devenv.process.ProcessFailed: a program exited or did not become ready (with its log tail).
             tether_devenv.oci.ImageError: busybox-static is missing.
+            tether_devenv.node_net.NodeNetworkError: the directory is too deep for the node's unix sockets.
         """
+        check_socket_room(self.directory)
         self.tunables = read_tunables()
         self.nets = node_net.plan(self.count)
         images = self.directory / "images" / "node-images.tar"
