@@ -255,8 +255,12 @@ def _install_site(target: Path, requirements: Path, wheel: Path | None, python_v
     run([*common, "--require-hashes", "-r", str(requirements)], "uv pip install (dependencies)")
     if wheel is not None:
         run([*common, str(wheel)], "uv pip install (tether wheel)")
-    # Console scripts carry the build host's interpreter path; the image gets its own launcher instead.
+    # Console scripts carry the build host's interpreter path; the image gets its own launcher instead. Their
+    # RECORD lines go too: they hold the scripts' hashes, which varied with the build tree's path.
     shutil.rmtree(target / "bin", ignore_errors=True)
+    for record in target.glob("*.dist-info/RECORD"):
+        lines = record.read_text().splitlines(keepends=True)
+        record.write_text("".join(line for line in lines if not line.startswith("bin/")))
     for cache in target.rglob("__pycache__"):
         shutil.rmtree(cache)
     # uv's cache stamp (a timestamp) and the wheel's build path vary between builds and machines.
