@@ -44,6 +44,7 @@ from typing import Any
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.k8s_proxy import create_pods, kubectl
 from tests.fixtures.hub import HubLauncher
 from tests.fixtures.system import System, write_private_secret
 from tests.interop.harness import Interop, answers_200
@@ -55,15 +56,6 @@ from tether_devenv.redis_server import RedisServer
 
 RESULTS = Path(__file__).parent / "results" / "interop.json"
 ACCESS = "user_access:\n  access_as:\n    agent: {}\n  projects:\n    - id: platform/clusters\n"
-
-
-def kubectl(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [str(locate()["kubectl"]), f"--kubeconfig={kubeconfig}", *args], capture_output=True, text=True, check=False
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
-    return result
 
 
 def timed_get_pods(kubeconfig: Path) -> float:
@@ -355,29 +347,7 @@ async def run(
             kubectl_s: dict[str, list[float]] = {}
             raw_ms: dict[str, list[float]] = {}
             if pods:
-                print(f"creating {pods} pods ...", flush=True)
-                kubectl(info.kubeconfig, "create", "namespace", "bench")
-                kubectl(
-                    info.kubeconfig,
-                    "create",
-                    "deployment",
-                    "bench",
-                    "-n",
-                    "bench",
-                    "--image=registry.invalid/x:1",
-                    f"--replicas={pods}",
-                )
-                deadline = time.monotonic() + 900
-                while True:
-                    listing = json.loads(
-                        kubectl(info.kubeconfig, "get", "--raw", "/api/v1/namespaces/bench/pods?limit=1").stdout
-                    )
-                    count = listing["metadata"].get("remainingItemCount", 0) + len(listing["items"])
-                    if count >= pods:
-                        break
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"only {count} pods after 900 s")
-                    await asyncio.sleep(2)
+                await create_pods(info.kubeconfig, pods, limit_s=900)
 
                 configs = {"direct": info.kubeconfig}
                 for name in ("tether", "upstream"):

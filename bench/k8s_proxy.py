@@ -44,6 +44,27 @@ def kubectl(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return result
 
 
+async def create_pods(kubeconfig: Path, pods: int, limit_s: float) -> None:
+    """A Deployment of ``pods`` never-running pods in namespace ``bench``; returns once the API lists them all.
+
+    Raises:
+        RuntimeError: fewer than ``pods`` are listed after ``limit_s`` seconds, or kubectl failed.
+    """
+    print(f"creating {pods} pods ...", flush=True)
+    kubectl(kubeconfig, "create", "namespace", "bench")
+    image = "--image=registry.invalid/x:1"
+    kubectl(kubeconfig, "create", "deployment", "bench", "-n", "bench", image, f"--replicas={pods}")
+    deadline = time.monotonic() + limit_s
+    while True:
+        listing = json.loads(kubectl(kubeconfig, "get", "--raw", "/api/v1/namespaces/bench/pods?limit=1").stdout)
+        count = listing["metadata"].get("remainingItemCount", 0) + len(listing["items"])
+        if count >= pods:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {count} pods after {limit_s:g} s")
+        await asyncio.sleep(2)
+
+
 def timed_get_pods(kubeconfig: Path) -> tuple[float, int]:
     began = time.perf_counter()
     out = kubectl(kubeconfig, "get", "pods", "-A", "-o", "json", "--request-timeout=120s").stdout
@@ -81,29 +102,7 @@ async def run(pods: int, runs: int, gets: int) -> list[dict[str, object]]:
             hub.add_agent(token, AGENT_ID, 1)
             hub.grant_proxy_access(pat, "bench", AGENT_ID, 1)
             system.agentk(token, kas2)
-            print(f"creating {pods} pods ...", flush=True)
-            kubectl(info.kubeconfig, "create", "namespace", "bench")
-            kubectl(
-                info.kubeconfig,
-                "create",
-                "deployment",
-                "bench",
-                "-n",
-                "bench",
-                "--image=registry.invalid/x:1",
-                f"--replicas={pods}",
-            )
-            deadline = time.monotonic() + 600
-            while True:
-                listing = json.loads(
-                    kubectl(info.kubeconfig, "get", "--raw", "/api/v1/namespaces/bench/pods?limit=1").stdout
-                )
-                remaining = listing["metadata"].get("remainingItemCount", 0) + len(listing["items"])
-                if remaining >= pods:
-                    break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"only {remaining} pods after 600 s")
-                await asyncio.sleep(2)
+            await create_pods(info.kubeconfig, pods, limit_s=600)
             proxied = directory / "proxied.kubeconfig"
             write_kubeconfig(proxied, kas1.k8s_proxy_url, f"pat:{AGENT_ID}:{pat}", tls.ca_cert, name="kas")
             await asyncio.to_thread(timed_get_pods, proxied)  # warm both paths (tunnel pool, caches)
