@@ -26,18 +26,28 @@ class AccessLogMiddleware:
             return
         started = time.monotonic()
         status = 500
+        # kas sends the id of the request that caused this call (tether.tool.logs): one request, one id.
+        request_id = next((v.decode("latin-1") for k, v in scope.get("headers", ()) if k == b"x-request-id"), None)
+        logged = False
+
+        def write() -> None:
+            nonlocal logged
+            logged = True
+            elapsed_ms = (time.monotonic() - started) * 1000.0
+            extra = {"request_id": request_id[:64]} if request_id else {}
+            log.info("%s %s %d %.1fms", scope["method"], scope["path"], status, elapsed_ms, extra=extra)
 
         async def record(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = int(message["status"])
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                # Written before the last byte leaves: whoever holds the reply can count on its line.
+                write()
             await send(message)
 
-        # kas sends the id of the request that caused this call (tether.tool.logs): one request, one id.
-        request_id = next((v.decode("latin-1") for k, v in scope.get("headers", ()) if k == b"x-request-id"), None)
         try:
             await self._app(scope, receive, record)
         finally:
-            elapsed_ms = (time.monotonic() - started) * 1000.0
-            extra = {"request_id": request_id[:64]} if request_id else {}
-            log.info("%s %s %d %.1fms", scope["method"], scope["path"], status, elapsed_ms, extra=extra)
+            if not logged:
+                write()
