@@ -2,7 +2,7 @@
 pseudo-headers (``:authority``), and failures that must be logged with their reason.
 
 A minimal ReverseTunnel peer (real gRPC, in the test) plays kas; agentk's real tunnel loop and internal server
-run against it.
+run against it; the call is served in-process by the handler registered on the internal server.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ async def _run(method: str, meta: dict[str, list[str]]) -> tuple[list[rpc_pb2.Co
     internal.add_generic_handler("test.Echo", {"Call": handler})
     await internal.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-    connection = TunnelConnection(channel, internal.channel, internal.descriptor(), _Listener())
+    connection = TunnelConnection(channel, internal.handler, internal.descriptor(), _Listener())
     with capture_logs() as logs:
         task = asyncio.create_task(connection.run())
         try:

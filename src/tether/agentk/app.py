@@ -159,7 +159,7 @@ class AgentkApp:
         def new_connection(listener: TunnelListener) -> PooledConnection:
             return TunnelConnection(
                 kas_channel,
-                internal.channel,
+                internal.handler,
                 descriptor,
                 listener,
                 metadata=api.kas_metadata,

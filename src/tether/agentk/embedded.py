@@ -80,7 +80,7 @@ class EmbeddedAgent:
 
         def factory(listener: TunnelListener) -> TunnelConnection:
             return TunnelConnection(
-                channel, self.internal.channel, descriptor, listener, metadata=metadata, connected=self._tunnels
+                channel, self.internal.handler, descriptor, listener, metadata=metadata, connected=self._tunnels
             )
 
         self.pool = ConnectionPool(factory, limits=self.limits)

@@ -46,6 +46,8 @@ class InternalServer:
         self._options = [*options, *BOUNDED_WINDOW_OPTIONS]
         self._server = aio.server(options=[*self._options, *PENDING_RPC_OPTIONS], interceptors=[RequestIdInterceptor()])
         self._services: dict[str, list[str]] = {}
+        self._handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}  # "/<service>/<method>" -> handler
+        self._generic: list[grpc.GenericRpcHandler] = []  # handlers that name their methods only when asked
         self._directory: Path | None = None
         self._channel: aio.Channel | None = None
         self._started = False
@@ -59,7 +61,7 @@ class InternalServer:
             RuntimeError: the server has already started.
         """
         self._check_not_started()
-        register_fn(servicer, _RecordingServer(self._server, self._record))
+        register_fn(servicer, _RecordingServer(self._server, self._record, self._keep, self._generic.extend))
 
     def add_generic_handler(
         self, service_name: str, method_handlers: Mapping[str, grpc.RpcMethodHandler[Any, Any]]
@@ -78,6 +80,17 @@ class InternalServer:
             [grpc.method_handlers_generic_handler(service_name, dict(method_handlers))]
         )
         self._record(service_name, method_handlers.keys())
+        self._keep(service_name, method_handlers)
+
+    def handler(self, method: str) -> grpc.RpcMethodHandler[Any, Any] | None:
+        """The handler registered for ``method`` (``/<service>/<method>``), or None when there is none.
+
+        The reverse tunnels serve their calls with it in-process (:mod:`tether.modagent.local_call`).
+        """
+        if (found := self._handlers.get(method)) is not None:
+            return found
+        details = _CallDetails(method)
+        return next((h for g in self._generic if (h := g.service(details)) is not None), None)
 
     def descriptor(self) -> info_pb2.AgentDescriptor:
         """The services and methods registered so far, sorted by name (the tunnel's ``descriptor``)."""
@@ -148,17 +161,38 @@ class InternalServer:
         known = self._services.setdefault(service_name, [])
         known.extend(m for m in methods if m not in known)
 
+    def _keep(self, service_name: str, method_handlers: Mapping[str, grpc.RpcMethodHandler[Any, Any]]) -> None:
+        for name, method_handler in method_handlers.items():
+            self._handlers[f"/{service_name}/{name}"] = method_handler
+
+
+class _CallDetails(grpc.HandlerCallDetails):
+    """What a generic handler is asked with: the method's name (no metadata)."""
+
+    def __init__(self, method: str) -> None:
+        self.method = method
+        self.invocation_metadata = ()
+
 
 class _RecordingServer(aio.Server):
     """Passes registrations to the real server and reports the service and method names they carry."""
 
-    def __init__(self, server: aio.Server, record: Callable[[str, Iterable[str]], None]) -> None:
+    def __init__(
+        self,
+        server: aio.Server,
+        record: Callable[[str, Iterable[str]], None],
+        keep: Callable[[str, Mapping[str, grpc.RpcMethodHandler[Any, Any]]], None],
+        keep_generic: Callable[[Iterable[grpc.GenericRpcHandler]], None],
+    ) -> None:
         self._server = server
         self._record = record
+        self._keep = keep
+        self._keep_generic = keep_generic
 
     def add_generic_rpc_handlers(self, generic_rpc_handlers: Iterable[grpc.GenericRpcHandler]) -> None:
         handlers = list(generic_rpc_handlers)
         self._server.add_generic_rpc_handlers(handlers)
+        self._keep_generic(handlers)
         # Generated code also calls add_registered_method_handlers (names recorded there); for other
         # callers, a service handler at least names its service, and its methods come from the descriptor pool.
         for handler in handlers:
@@ -170,6 +204,7 @@ class _RecordingServer(aio.Server):
     ) -> None:
         self._server.add_registered_method_handlers(service_name, method_handlers)
         self._record(service_name, method_handlers.keys())
+        self._keep(service_name, method_handlers)
 
     def add_insecure_port(self, address: str) -> int:
         raise RuntimeError("modules must not open ports on the internal server")

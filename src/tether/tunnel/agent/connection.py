@@ -1,9 +1,10 @@
 """One agentk reverse-tunnel connection: a loop of ``ReverseTunnel.Connect`` attempts (kas.md §1.4).
 
 Each attempt opens ``Connect`` (wait-for-ready), sends the ``descriptor``, and waits. kas either ends the
-stream unused, or sends ``request_info`` (+ ``message``/``close_send``) for one call, which is replayed as
-raw bytes on agentk's internal server; its headers, messages, trailers and status flow back as
-``header``/``message``/``trailer``/``error`` (kas.md §1.2-1.3). One tunnel carries one call (§1.1);
+stream unused, or sends ``request_info`` (+ ``message``/``close_send``) for one call, which the handler
+registered on agentk's internal server serves in this process (:mod:`tether.modagent.local_call`); its
+headers, messages, trailers and status flow back as ``header``/``message``/``trailer``/``error``
+(kas.md §1.2-1.3). One tunnel carries one call (§1.1);
 the loop then opens the next tunnel.
 """
 
@@ -12,18 +13,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+from collections.abc import Callable
+from typing import Any
 
 import grpc
 import structlog
 from grpc import aio
 
+from tether.modagent.local_call import LocalCall, SinkClosed
 from tether.pb.gitlab.agent.reverse_tunnel.info import info_pb2
 from tether.pb.gitlab.agent.reverse_tunnel.rpc import rpc_pb2, rpc_pb2_grpc
 from tether.tool.automaton import StreamAutomaton, StreamOrderError
 from tether.tool.backoff import Backoff
-from tether.tool.grpc_meta import Metadata, meta_to_values, status_to_proto, timeout_from, values_to_meta
+from tether.tool.grpc_meta import Metadata, meta_to_values, status_to_proto, values_to_meta
 from tether.tool.grpc_stream import CallWriter
-from tether.tool.relay import dispatch, pump
+from tether.tool.relay import dispatch
 from tether.tunnel.agent.pool import TunnelListener
 
 __all__ = ["ConnectedTunnels", "TunnelConnection", "reconnect_backoff"]
@@ -67,7 +71,7 @@ class TunnelConnection:
 
     Args:
         kas_channel: channel to kas' agent listener.
-        internal_channel: channel to agentk's internal server (forwarded calls go there as raw bytes).
+        handlers: the handler registered for a method (``InternalServer.handler``), or None.
         descriptor: the services this agentk serves, sent first on every tunnel.
         listener: the manager, told ``on_active`` when a request arrives and ``on_idle`` after each attempt.
         metadata: per-RPC metadata for ``Connect``: ``authorization: Bearer <token>`` (kas.md §4.1) and the
@@ -79,7 +83,7 @@ class TunnelConnection:
     def __init__(
         self,
         kas_channel: aio.Channel,
-        internal_channel: aio.Channel,
+        handlers: Callable[[str], grpc.RpcMethodHandler[Any, Any] | None],
         descriptor: info_pb2.AgentDescriptor,
         listener: TunnelListener,
         *,
@@ -88,7 +92,7 @@ class TunnelConnection:
         connected: ConnectedTunnels | None = None,
     ) -> None:
         self._connect = rpc_pb2_grpc.ReverseTunnelStub(kas_channel).Connect
-        self._internal_channel = internal_channel
+        self._handlers = handlers
         self._descriptor = rpc_pb2.ConnectRequest(
             descriptor=rpc_pb2.Descriptor(agent_descriptor=descriptor)
         ).SerializeToString()
@@ -154,7 +158,7 @@ class TunnelConnection:
             nonlocal forward
             self._in_flight = True
             self._listener.on_active()
-            forward = _ForwardedCall(self._internal_channel, response.request_info, writer)
+            forward = _ForwardedCall(self._handlers, response.request_info, writer)
 
         async def on_message(response: rpc_pb2.ConnectResponse) -> None:
             if forward is not None:
@@ -200,99 +204,78 @@ def _classify(code: grpc.StatusCode, details: str) -> _Outcome:
     return _Outcome.BACKOFF
 
 
-class _TunnelEnded(Exception):
-    """kas ended the tunnel while agentk was still answering (kas' caller went away)."""
-
-
 class _ForwardedCall:
-    """The one call a tunnel carries, replayed on the internal server with raw bytes (kas.md §1.4 step 3).
+    r"""The one call a tunnel carries, served by its registered handler in-process (kas.md §1.4 step 3).
 
-    Both calls are written through :class:`~tether.tool.grpc_stream.CallWriter`: the internal server may answer
-    before kas' last request frame arrives, and kas may end the tunnel while agentk still answers; neither
-    must turn into an ``INTERNAL`` status.
+    The answer goes out as ``header``, ``message``\*, ``trailer`` and, unless OK, ``error``, then the
+    half-close, through the tunnel's :class:`~tether.tool.grpc_stream.CallWriter`: kas may end the tunnel while
+    agentk still answers, which must not turn into an ``INTERNAL`` status.
     """
 
-    def __init__(self, channel: aio.Channel, info: rpc_pb2.RequestInfo, tunnel: CallWriter) -> None:
+    def __init__(
+        self,
+        handlers: Callable[[str], grpc.RpcMethodHandler[Any, Any] | None],
+        info: rpc_pb2.RequestInfo,
+        tunnel: CallWriter,
+    ) -> None:
         self._tunnel = tunnel
         self._method = info.method_name
-        # No (de)serializers: the message bytes pass through undecoded, like upstream's raw codec.
-        self._call: _RawCall | None = None
-        self._writer: CallWriter | None = None
-        if _valid_method(info.method_name):
-            metadata = values_to_meta(info.meta)
-            # kas' deadline for the call (tether-timeout-ms): gRPC's own deadline does not cross the tunnel.
-            self._call = channel.stream_stream(info.method_name)(metadata=metadata, timeout=timeout_from(metadata))
-            self._writer = CallWriter(self._call)
+        handler = handlers(info.method_name) if _valid_method(info.method_name) else None
         _log.debug("tunnel_request", method=info.method_name)
-        self._pump = asyncio.create_task(self._respond())
+        self._call: LocalCall | None = None
+        self._refusal: asyncio.Task[None] | None = None
+        if handler is not None:
+            self._call = LocalCall(handler, values_to_meta(info.meta), self)
+        else:
+            self._refusal = asyncio.create_task(self._refuse())
 
     async def send(self, data: bytes) -> None:
-        """Write one request message (kas ``message``); dropped once the call has ended."""
-        if self._writer is not None:
-            await self._writer.write(data)
+        """Hand one request message (kas ``message``) to the call; dropped once the call has ended."""
+        if self._call is not None:
+            await self._call.send(data)
 
     async def close_send(self) -> None:
-        """Half-close the request stream (kas ``close_send``); nothing once the call has ended."""
-        if self._writer is not None:
-            await self._writer.done_writing()
+        """End the request stream (kas ``close_send``)."""
+        if self._call is not None:
+            await self._call.close_send()
 
     async def finish(self) -> None:
-        """Cancel whatever is still running (the tunnel ended first) and wait for the pump to stop."""
+        """Cancel whatever is still running (the tunnel ended first) and wait for it to stop."""
         if self._call is not None:
             self._call.cancel()
-        self._pump.cancel()
-        await asyncio.wait({self._pump})
+            await self._call.wait()
+        if self._refusal is not None:
+            self._refusal.cancel()
+            await asyncio.wait({self._refusal})
+
+    async def header(self, metadata: Metadata) -> None:
+        """:class:`~tether.modagent.local_call.CallSink`: the response's initial metadata."""
+        await self._send(rpc_pb2.ConnectRequest(header=rpc_pb2.Header(meta=meta_to_values(metadata))))
+
+    async def message(self, data: bytes) -> None:
+        """:class:`~tether.modagent.local_call.CallSink`: one response message."""
+        await self._send(rpc_pb2.ConnectRequest(message=rpc_pb2.Message(data=data)))
+
+    async def end(self, code: grpc.StatusCode, details: str, trailers: Metadata) -> None:
+        """Trailer, the status unless OK, then the half-close."""
+        await self._send(rpc_pb2.ConnectRequest(trailer=rpc_pb2.Trailer(meta=meta_to_values(trailers))))
+        if code is not grpc.StatusCode.OK:
+            _log_failed_call(self._method, code, details)
+            status = status_to_proto(code, details, trailers)
+            await self._send(rpc_pb2.ConnectRequest(error=rpc_pb2.Error(status=status)))
+        await self._tunnel.done_writing()
 
     async def _send(self, request: rpc_pb2.ConnectRequest) -> None:
         if not await self._tunnel.write(request.SerializeToString()):
-            raise _TunnelEnded
-
-    async def _read(self) -> bytes | None:
-        assert self._call is not None
-        try:
-            data = await self._call.read()
-        except aio.AioRpcError:
-            return None  # the status is read below
-        return None if data is aio.EOF else data  # type: ignore[return-value]
-
-    async def _message(self, data: bytes) -> None:
-        await self._send(rpc_pb2.ConnectRequest(message=rpc_pb2.Message(data=data)))
-
-    async def _respond(self) -> None:
-        # Pipes the internal call's outcome into the tunnel: header, message*, trailer[, error], half-close.
-        call = self._call
-        try:
-            if call is None:
-                reason = f"malformed method name {self._method!r}"
-                _log_failed_call(self._method, grpc.StatusCode.UNIMPLEMENTED, reason)
-                status = status_to_proto(grpc.StatusCode.UNIMPLEMENTED, reason)
-                await self._send(rpc_pb2.ConnectRequest(error=rpc_pb2.Error(status=status)))
-                await self._tunnel.done_writing()
-                return
-            headers = await call.initial_metadata()
-            await self._send(rpc_pb2.ConnectRequest(header=rpc_pb2.Header(meta=meta_to_values(headers))))
-            await pump(self._read, self._message)
-            code, details, trailers = await call.code(), await call.details(), await call.trailing_metadata()
-            await self._send(rpc_pb2.ConnectRequest(trailer=rpc_pb2.Trailer(meta=meta_to_values(trailers))))
-            if code is not grpc.StatusCode.OK:
-                _log_failed_call(self._method, code, details or "")
-                status = status_to_proto(code, details or "", trailers)
-                await self._send(rpc_pb2.ConnectRequest(error=rpc_pb2.Error(status=status)))
-            await self._tunnel.done_writing()
-        except _TunnelEnded:
-            # The tunnel broke (kas or its client went away); the reader sees it too and ends the attempt.
             _log.info("tunnel_call_aborted", method=self._method)
-            if call is not None:
-                call.cancel()
-        except Exception as exc:  # e.g. grpcio refusing the request metadata: kas must still get a status
-            reason = f"agentk could not make the call: {exc!r}"
-            _log_failed_call(self._method, grpc.StatusCode.INTERNAL, reason)
-            if call is not None:
-                call.cancel()
-            status = status_to_proto(grpc.StatusCode.INTERNAL, reason)
-            with contextlib.suppress(_TunnelEnded):
-                await self._send(rpc_pb2.ConnectRequest(error=rpc_pb2.Error(status=status)))
-                await self._tunnel.done_writing()
+            raise SinkClosed
+
+    async def _refuse(self) -> None:
+        # grpcio's answer to an unknown method, so kas sees the same status as from a server.
+        reason = "Method not found!" if _valid_method(self._method) else f"malformed method name {self._method!r}"
+        with contextlib.suppress(SinkClosed):
+            await self.header(())
+            await self.end(grpc.StatusCode.UNIMPLEMENTED, reason, ())
 
 
 def _log_failed_call(method: str, code: grpc.StatusCode, details: str) -> None:
