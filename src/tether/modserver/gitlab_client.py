@@ -241,6 +241,7 @@ class GitlabClient:
         began = loop.time()
         give_up_at = began + self._timeout_s * QUEUE_MAX_FACTOR
         expired = 0.0  # the bound that passed, in seconds
+        timer: asyncio.TimerHandle
 
         def check() -> None:
             nonlocal timer, expired
