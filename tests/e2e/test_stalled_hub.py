@@ -102,6 +102,48 @@ async def test_calls_beyond_the_connection_limit_wait_a_bounded_time_for_a_slot(
     assert elapsed < 3.0 + 1.0 + SLACK_S
 
 
+@asynccontextmanager
+async def slow_hub(delay_s: float) -> AsyncIterator[str]:
+    """A hub that answers every ``agent_info`` call, each ``delay_s`` after its request (keep-alive)."""
+    body = b'{"agent_id": 1, "project_id": 2, "agent_name": "a"}'
+    answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    held: list[asyncio.StreamWriter] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+        try:
+            while True:
+                await reader.readuntil(b"\r\n\r\n")
+                await asyncio.sleep(delay_s)
+                writer.write(answer)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        for writer in held:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+
+
+async def test_calls_stay_queued_while_the_hub_keeps_answering() -> None:
+    # One connection, a hub answering each call after 0.3 s, and 20 callers: the last waits about 6 s for the
+    # connection, longer than the three deadlines (4.5 s) a queued call gave up after before issue 28 item 5 (each
+    # such failure ended an agent's stream, re-opened at once: repeated work during a connection storm). The hub
+    # answers all the while, so every call is answered.
+    async with slow_hub(0.3) as url:
+        client = GitlabClient(url, b"s" * 32, timeout_s=1.5, max_connections=1)
+        try:
+            results = await asyncio.gather(*(client.get_agent_info(f"t{i}") for i in range(20)), return_exceptions=True)
+        finally:
+            await client.close()
+    assert all(not isinstance(r, BaseException) and r.agent_id == 1 for r in results), results
+
+
 async def test_unreachable_port_is_not_reported_as_a_timeout() -> None:
     # A refused connection fails at once with aiohttp's error, not after the deadline.
     server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)

@@ -11,10 +11,12 @@ a hub that accepts the connection and never answers frees the caller at the dead
 not the body; here one stalled peer cannot hold an agent's RPC or a proxied request longer than the deadline.
 
 At most :data:`MAX_CONNECTIONS` calls are on the wire at once (upstream keeps 100 idle connections); the others
-wait for a slot, at most :data:`QUEUE_TIMEOUT_FACTOR` deadlines, and the call's own deadline starts once it has
-one. So a storm of agents connecting together (10,000 ``agent_info`` calls) queues in kas instead of failing
-calls that a busy but working hub would have answered, while a stalled hub still fails every caller in bounded
-time.
+wait for a slot, in order, and the call's own deadline starts once it has one. A waiting call gives up when the
+hub has answered nothing (no answer of any status) for :data:`QUEUE_TIMEOUT_FACTOR` deadlines, and in any case
+after :data:`QUEUE_MAX_FACTOR` deadlines. So a storm of agents connecting together (10,000 ``agent_info`` calls)
+queues in kas for as long as a busy hub keeps answering, instead of failing calls after a fixed wait: each such
+failure ended an agent's stream, which agentk re-opened a second later at the back of the same queue, and the
+repeated work lengthened the storm (issue 28 item 5). A stalled hub still fails every caller in bounded time.
 """
 
 from __future__ import annotations
@@ -44,8 +46,10 @@ DEFAULT_REQUEST_TIMEOUT_S = 20.0
 CONNECT_TIMEOUT_S = 5.0
 #: Calls on the wire to the hub at once.
 MAX_CONNECTIONS = 100
-#: A call waits for a free connection at most this many times its deadline.
+#: A call waiting for a free connection gives up once the hub has answered nothing for this many deadlines.
 QUEUE_TIMEOUT_FACTOR = 3
+#: A call waits for a free connection at most this many times its deadline, however busy the hub answers.
+QUEUE_MAX_FACTOR = 15
 
 
 class GitlabTimeout(TimeoutError):
@@ -197,8 +201,8 @@ class GitlabClient:
         address: base URL of the hub, e.g. ``http://127.0.0.1:8080``.
         secret: the shared JWT secret (32 bytes).
         timeout_s: deadline of each call in seconds, from connecting to the end of the answer (> 0); waiting
-            for one of the ``max_connections`` connections comes before it and is bounded by
-            :data:`QUEUE_TIMEOUT_FACTOR` times as much.
+            for one of the ``max_connections`` connections comes before it: it ends once the hub has answered
+            nothing for :data:`QUEUE_TIMEOUT_FACTOR` times as much, or after :data:`QUEUE_MAX_FACTOR` times.
         max_connections: calls on the wire at once.
 
     Every method raises :class:`GitlabTimeout` (a ``TimeoutError``) when its call misses either bound.
@@ -222,20 +226,53 @@ class GitlabClient:
         self._session: aiohttp.ClientSession | None = None
         self._max_connections = max_connections
         self._slots = asyncio.Semaphore(max_connections)
+        #: Loop time of the hub's last answer (any status): waiting calls stay queued while it keeps answering.
+        self._answered_at = 0.0
         self._jwt_second = -1
         self._jwt = ""
 
+    async def _acquire(self, method: str, path: str) -> None:
+        # A timer, not asyncio.timeout: it is moved on while the hub keeps answering, and the call keeps its place
+        # in the semaphore's queue (a timeout cancelled and re-entered would put it at the back).
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        stall_s = self._timeout_s * QUEUE_TIMEOUT_FACTOR
+        began = loop.time()
+        give_up_at = began + self._timeout_s * QUEUE_MAX_FACTOR
+        expired = 0.0  # the bound that passed, in seconds
+        timer: asyncio.TimerHandle
+
+        def check() -> None:
+            nonlocal timer, expired
+            when = min(max(began, self._answered_at) + stall_s, give_up_at)
+            if loop.time() >= when:
+                expired = stall_s if when < give_up_at else give_up_at - began
+                task.cancel()
+            else:
+                timer = loop.call_at(when, check)
+
+        cancelling = task.cancelling()
+        timer = loop.call_at(began + stall_s, check)
+        try:
+            await self._slots.acquire()
+        except asyncio.CancelledError as exc:
+            if expired and task.uncancel() <= cancelling:
+                raise GitlabTimeout(method, path, expired, phase="queue", in_flight=self._max_connections) from exc
+            raise
+        finally:
+            timer.cancel()
+
     @asynccontextmanager
     async def _deadline(self, method: str, path: str) -> AsyncIterator[None]:
-        queue_s = self._timeout_s * QUEUE_TIMEOUT_FACTOR
-        try:
-            async with asyncio.timeout(queue_s):
-                await self._slots.acquire()
-        except TimeoutError as exc:
-            raise GitlabTimeout(method, path, queue_s, phase="queue", in_flight=self._max_connections) from exc
+        await self._acquire(method, path)
         try:
             async with asyncio.timeout(self._timeout_s):
                 yield
+            self._answered_at = asyncio.get_running_loop().time()
+        except GitlabClientError:
+            self._answered_at = asyncio.get_running_loop().time()  # an error status is an answer too
+            raise
         except aiohttp.ConnectionTimeoutError as exc:
             raise GitlabTimeout(method, path, self._connect_timeout_s, phase="connect") from exc
         except TimeoutError as exc:

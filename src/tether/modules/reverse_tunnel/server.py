@@ -27,8 +27,41 @@ from tether.tool.logs import current_connection_id
 
 log = logging.getLogger(__name__)
 
-#: agentk sends its descriptor at once; a peer that stalls before it is cut (issue 9 item 5).
+#: agentk sends its descriptor at once; a peer that stalls before it is cut (issue 9 item 5) after this long when no
+#: other tunnel waits for its descriptor (kas had nothing else to read: the peer is the one behind).
 DESCRIPTOR_TIMEOUT_S = 10.0
+#: ... and after this long while other tunnels wait too (issue 28 item 5): in a connection storm on a saturated
+#: machine the peers and kas are behind together, and cutting a tunnel only makes agentk open it again.
+DESCRIPTOR_MAX_TIMEOUT_S = 60.0
+
+
+class DescriptorWaits:
+    """How many tunnels wait for their descriptor on this kas (issue 28 item 5).
+
+    During a 10,000-agent storm on a saturated machine kas cut tunnels after 10 s without their descriptor
+    (``DEADLINE_EXCEEDED``), although the agents had sent it at once: each was re-opened a second later, and the
+    repeated work (authentication, rate limit, registration) lengthened the storm. A tunnel that waits alone is
+    still cut after :data:`DESCRIPTOR_TIMEOUT_S`; one that waits among others gets :data:`DESCRIPTOR_MAX_TIMEOUT_S`.
+    A peer holding stalled tunnels on purpose keeps each at most that long, and opens at most
+    ``agent.listen.connections_per_token_per_minute`` per token.
+    """
+
+    __slots__ = ("_waiting",)
+
+    def __init__(self) -> None:
+        self._waiting = 0
+
+    def start(self) -> None:
+        """A tunnel starts waiting for its descriptor."""
+        self._waiting += 1
+
+    def stop(self) -> None:
+        """A tunnel stopped waiting (its descriptor came, it ended, or it was cut)."""
+        self._waiting -= 1
+
+    def alone(self) -> bool:
+        """Whether the calling waiting tunnel is the only one."""
+        return self._waiting <= 1
 
 
 class _TooManyTunnels(Exception):
@@ -60,6 +93,7 @@ class ReverseTunnelServicer(rpc_pb2_grpc.ReverseTunnelServicer):
         self._max_per_connection = max_per_connection
         self._per_agent: Counter[int] = Counter()
         self._per_connection: Counter[str] = Counter()
+        self._waits = DescriptorWaits()
 
     async def Connect(self, request_iterator: Any, context: ConnectContext) -> None:  # type: ignore[override]
         """Handle one tunnel for its whole life; see the module docstring."""
@@ -92,14 +126,31 @@ class ReverseTunnelServicer(rpc_pb2_grpc.ReverseTunnelServicer):
         _decrement(self._per_agent, agent_id)
         _decrement(self._per_connection, peer)
 
-    async def _serve(self, agent_id: int, context: ConnectContext) -> None:
+    async def _descriptor(self, context: ConnectContext) -> Any:
+        # The first message, or DEADLINE_EXCEEDED after DESCRIPTOR_TIMEOUT_S when no other tunnel waits, after
+        # DESCRIPTOR_MAX_TIMEOUT_S in any case (DescriptorWaits).
+        self._waits.start()
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        reading = asyncio.ensure_future(context.read())
         try:
-            first: Any = await asyncio.wait_for(context.read(), DESCRIPTOR_TIMEOUT_S)
-        except TimeoutError:
-            await context.abort(
-                grpc.StatusCode.DEADLINE_EXCEEDED,
-                f"no descriptor within {DESCRIPTOR_TIMEOUT_S:g} s of opening the tunnel",
-            )
+            done, _ = await asyncio.wait((reading,), timeout=DESCRIPTOR_TIMEOUT_S)
+            while not done:
+                waited_s = loop.time() - began
+                if self._waits.alone() or waited_s >= DESCRIPTOR_MAX_TIMEOUT_S:
+                    await context.abort(
+                        grpc.StatusCode.DEADLINE_EXCEEDED,
+                        f"no descriptor within {waited_s:.0f} s of opening the tunnel",
+                    )
+                done, _ = await asyncio.wait((reading,), timeout=1.0)
+        finally:
+            self._waits.stop()
+            if not reading.done():
+                reading.cancel()
+        return reading.result()
+
+    async def _serve(self, agent_id: int, context: ConnectContext) -> None:
+        first: Any = await self._descriptor(context)
         if first is grpc.aio.EOF:
             return
         try:
