@@ -4,16 +4,20 @@ Idempotent by event id: kas resends a batch whose answer it did not get (a timeo
 after a crash), and an event already stored is counted as a duplicate, not stored twice. One statement per
 batch, ``INSERT ... ON CONFLICT (event_id) DO NOTHING RETURNING event_id``, on PostgreSQL and SQLite alike, so
 two hub replicas taking the same batch at once still store each event once.
+
+On PostgreSQL the batch goes as one array per column (``INSERT ... SELECT * FROM unnest($1::text[], ...)``)
+through asyncpg, inside the session's transaction: SQLAlchemy's per-row parameter handling cost more than the
+database's work (profile of ``bench/audit_hub.py``, docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from typing import Any, cast
 
+import msgspec
 from sqlalchemy import Table
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from tether.hub.db.audit import AuditEventRow
@@ -21,6 +25,43 @@ from tether.hub.db.types import utcnow
 from tether.modules.audit.protocol import AuditEvent
 
 _TABLE = cast(Table, AuditEventRow.__table__)
+#: Every column but ``seq``, with its PostgreSQL type, in the order of :func:`_row`.
+_PG_TYPES = {
+    "event_id": "text",
+    "time": "timestamptz",
+    "received_at": "timestamptz",
+    "kind": "text",
+    "agent_id": "int8",
+    "kas_instance": "text",
+    "verb": "text",
+    "status": "int4",
+    "duration_ms": "float8",
+    "bytes_in": "int8",
+    "bytes_out": "int8",
+    "user_id": "int8",
+    "username": "text",
+    "token_id": "int8",
+    "token_kind": "text",
+    "identity_kind": "text",
+    "identity_user": "text",
+    "identity_groups": "text",
+    "api_group": "text",
+    "api_version": "text",
+    "resource": "text",
+    "subresource": "text",
+    "namespace": "text",
+    "name": "text",
+    "path": "text",
+    "request_id": "text",
+    "source_address": "text",
+    "recording": "text",
+}
+_PG_INSERT = (
+    f"INSERT INTO audit_events ({', '.join(_PG_TYPES)}) "
+    f"SELECT * FROM unnest({', '.join(f'${i}::{t}[]' for i, t in enumerate(_PG_TYPES.values(), 1))}) "
+    "ON CONFLICT (event_id) DO NOTHING RETURNING event_id"
+)
+_encode = msgspec.json.Encoder().encode
 
 
 def _row(event: AuditEvent, now: datetime) -> dict[str, Any]:
@@ -43,7 +84,7 @@ def _row(event: AuditEvent, now: datetime) -> dict[str, Any]:
         "token_kind": event.token_kind,
         "identity_kind": identity.kind if identity else "",
         "identity_user": identity.user if identity else "",
-        "identity_groups": json.dumps(identity.groups) if identity and identity.groups else "",
+        "identity_groups": _encode(identity.groups).decode() if identity and identity.groups else "",
         "api_group": event.api_group,
         "api_version": event.api_version,
         "resource": event.resource,
@@ -71,8 +112,16 @@ async def store(session: AsyncSession, events: list[AuditEvent]) -> int:
         return 0
     now = utcnow()
     rows = [_row(event, now) for event in events]
-    dialect = session.get_bind().dialect.name
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    statement = insert(_TABLE).on_conflict_do_nothing(index_elements=["event_id"]).returning(_TABLE.c.event_id)
+    if session.get_bind().dialect.name == "postgresql":
+        return await _store_postgresql(session, rows)
+    statement = sqlite.insert(_TABLE).on_conflict_do_nothing(index_elements=["event_id"]).returning(_TABLE.c.event_id)
     result = await session.execute(statement, rows)
     return len(result.all())
+
+
+async def _store_postgresql(session: AsyncSession, rows: list[dict[str, Any]]) -> int:
+    connection = await session.connection()  # begins the session's transaction on its asyncpg connection
+    raw = await connection.get_raw_connection()
+    columns = [[row[name] for row in rows] for name in _PG_TYPES]
+    stored = await raw.driver_connection.fetch(_PG_INSERT, *columns)  # type: ignore[union-attr]
+    return len(stored)
