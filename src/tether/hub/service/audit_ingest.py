@@ -13,6 +13,7 @@ database's work (profile of ``bench/audit_hub.py``, docs/benchmarks.md).
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from operator import attrgetter
 from typing import Any, cast
 
 import msgspec
@@ -22,14 +23,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from tether.hub.db.audit import AuditEventRow
 from tether.hub.db.types import utcnow
-from tether.modules.audit.protocol import AuditEvent
+from tether.modules.audit.protocol import AuditEvent, ClusterIdentity
 
 _TABLE = cast(Table, AuditEventRow.__table__)
-#: Every column but ``seq``, with its PostgreSQL type, in the order of :func:`_row`.
-_PG_TYPES = {
-    "event_id": "text",
-    "time": "timestamptz",
-    "received_at": "timestamptz",
+#: The columns an event gives as they are (column = :class:`AuditEvent` field), with their PostgreSQL types.
+_PG_PLAIN = {
     "kind": "text",
     "agent_id": "int8",
     "kas_instance": "text",
@@ -42,9 +40,6 @@ _PG_TYPES = {
     "username": "text",
     "token_id": "int8",
     "token_kind": "text",
-    "identity_kind": "text",
-    "identity_user": "text",
-    "identity_groups": "text",
     "api_group": "text",
     "api_version": "text",
     "resource": "text",
@@ -56,9 +51,20 @@ _PG_TYPES = {
     "source_address": "text",
     "recording": "text",
 }
+#: Every array parameter: the event id, its time as unix seconds, the flattened identity, then the plain ones.
+_PG_ARRAYS = {
+    "event_id": "text",
+    "time": "float8",
+    "identity_kind": "text",
+    "identity_user": "text",
+    "identity_groups": "text",
+    **_PG_PLAIN,
+}
 _PG_INSERT = (
-    f"INSERT INTO audit_events ({', '.join(_PG_TYPES)}) "
-    f"SELECT * FROM unnest({', '.join(f'${i}::{t}[]' for i, t in enumerate(_PG_TYPES.values(), 1))}) "
+    f"INSERT INTO audit_events (received_at, {', '.join(_PG_ARRAYS)}) "
+    f"SELECT now(), u.event_id, to_timestamp(u.time), {', '.join(f'u.{c}' for c in list(_PG_ARRAYS)[2:])} "
+    f"FROM unnest({', '.join(f'${i}::{t}[]' for i, t in enumerate(_PG_ARRAYS.values(), 1))}) "
+    f"AS u({', '.join(_PG_ARRAYS)}) "
     "ON CONFLICT (event_id) DO NOTHING RETURNING event_id"
 )
 _encode = msgspec.json.Encoder().encode
@@ -84,7 +90,7 @@ def _row(event: AuditEvent, now: datetime) -> dict[str, Any]:
         "token_kind": event.token_kind,
         "identity_kind": identity.kind if identity else "",
         "identity_user": identity.user if identity else "",
-        "identity_groups": _encode(identity.groups).decode() if identity and identity.groups else "",
+        "identity_groups": _groups(identity),
         "api_group": event.api_group,
         "api_version": event.api_version,
         "resource": event.resource,
@@ -110,18 +116,31 @@ async def store(session: AsyncSession, events: list[AuditEvent]) -> int:
     """
     if not events:
         return 0
+    if session.get_bind().dialect.name == "postgresql":
+        return await _store_postgresql(session, events)
     now = utcnow()
     rows = [_row(event, now) for event in events]
-    if session.get_bind().dialect.name == "postgresql":
-        return await _store_postgresql(session, rows)
     statement = sqlite.insert(_TABLE).on_conflict_do_nothing(index_elements=["event_id"]).returning(_TABLE.c.event_id)
     result = await session.execute(statement, rows)
     return len(result.all())
 
 
-async def _store_postgresql(session: AsyncSession, rows: list[dict[str, Any]]) -> int:
+def _groups(identity: ClusterIdentity | None) -> str:
+    return _encode(identity.groups).decode() if identity and identity.groups else ""
+
+
+async def _store_postgresql(session: AsyncSession, events: list[AuditEvent]) -> int:
+    # Column by column with C-level attrgetter: no row dicts, and PostgreSQL makes the timestamps.
+    identities = [event.cluster_identity for event in events]
+    columns = [
+        list(map(attrgetter("id"), events)),
+        list(map(attrgetter("time"), events)),
+        [identity.kind if identity else "" for identity in identities],
+        [identity.user if identity else "" for identity in identities],
+        list(map(_groups, identities)),
+        *(list(map(attrgetter(name), events)) for name in _PG_PLAIN),
+    ]
     connection = await session.connection()  # begins the session's transaction on its asyncpg connection
     raw = await connection.get_raw_connection()
-    columns = [[row[name] for row in rows] for name in _PG_TYPES]
     stored = await raw.driver_connection.fetch(_PG_INSERT, *columns)  # type: ignore[union-attr]
     return len(stored)
