@@ -142,7 +142,7 @@ def run(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
         load_before = os.getloadavg()
         stored, elapsed, total = asyncio.run(_load(url, secret, pool, args))
         load_after = os.getloadavg()
-        in_table = asyncio.run(rows(database_url, "SELECT count(*) FROM audit_events"))[0][0]  # type: ignore[index]
+        in_table = asyncio.run(rows(database_url, "SELECT count(*) FROM audit_events"))[0][0]
         assert in_table == total, f"the table holds {in_table} events, the hub accepted {total}"
         return [
             {
