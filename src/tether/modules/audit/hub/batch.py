@@ -88,9 +88,7 @@ def _check(event: AuditEvent, index: int) -> None:
         raise BatchError(f"{where}.duration_ms: {event.duration_ms} is not a duration (finite, 0 or more)")
     if not event.kind:
         raise BatchError(f"{where}.kind: must not be empty")
-    if not 1 <= event.agent_id <= _INT64_MAX:
-        raise _out_of_range(f"{where}.agent_id", event.agent_id, 1)
-    for field in ("status", "bytes_in", "bytes_out", "user_id", "token_id"):
+    for field in ("agent_id", "status", "bytes_in", "bytes_out", "user_id", "token_id"):
         if not 0 <= (value := getattr(event, field)) <= _INT64_MAX:
             raise _out_of_range(f"{where}.{field}", value, 0)
 
@@ -144,7 +142,8 @@ def decode_batch(raw: bytes) -> tuple[list[AuditEvent], int]:
     Raises:
         BatchError: not JSON, not ``{"events": [...]}``, a field of the wrong type, more than
             :data:`MAX_EVENTS` events, an ``id`` that is not a uuid4 hex, a time outside 1970-9999, a negative
-            duration or count, an ``agent_id`` below 1, an integer beyond int64, or an empty ``kind``.
+            duration or count, an integer below 0 or beyond int64, or an empty ``kind``. ``agent_id`` 0 means
+            no agent known (a request kas refused before it knew the agent, e.g. one without credentials).
     """
     # A NUL or a lone surrogate reaches a string only through a JSON escape (raw control characters and
     # invalid UTF-8 are refused), and msgspec refuses lone surrogate escapes: only these bodies need scrubbing.
