@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+from typing import TYPE_CHECKING
 
 import grpc
 import structlog
@@ -19,12 +20,16 @@ from grpc import aio
 
 from tether.pb.gitlab.agent.reverse_tunnel.info import info_pb2
 from tether.pb.gitlab.agent.reverse_tunnel.rpc import rpc_pb2, rpc_pb2_grpc
+from tether.tool import tracing
 from tether.tool.automaton import StreamAutomaton, StreamOrderError
 from tether.tool.backoff import Backoff
 from tether.tool.grpc_meta import Metadata, meta_to_values, status_to_proto, timeout_from, values_to_meta
 from tether.tool.grpc_stream import CallWriter
 from tether.tool.relay import dispatch, pump
 from tether.tunnel.agent.pool import TunnelListener
+
+if TYPE_CHECKING:
+    from tether.tool.tracing_sdk import Span
 
 __all__ = ["ConnectedTunnels", "TunnelConnection", "reconnect_backoff"]
 
@@ -218,8 +223,15 @@ class _ForwardedCall:
         # No (de)serializers: the message bytes pass through undecoded, like upstream's raw codec.
         self._call: _RawCall | None = None
         self._writer: CallWriter | None = None
+        self._span: Span | None = None
         if _valid_method(info.method_name):
             metadata = values_to_meta(info.meta)
+            tracer = tracing.TRACER
+            if tracer is not None:
+                # agentk's hop as a server span, a child of the gateway kas' span (issue 25 item 3).
+                name = f"agentk {info.method_name}"
+                self._span = tracer.start(name, "server", metadata, {"rpc.method": self._method})
+                metadata = tracing.with_trace(metadata, self._span.carrier())
             # kas' deadline for the call (tether-timeout-ms): gRPC's own deadline does not cross the tunnel.
             self._call = channel.stream_stream(info.method_name)(metadata=metadata, timeout=timeout_from(metadata))
             self._writer = CallWriter(self._call)
@@ -273,6 +285,8 @@ class _ForwardedCall:
             await self._send(rpc_pb2.ConnectRequest(header=rpc_pb2.Header(meta=meta_to_values(headers))))
             await pump(self._read, self._message)
             code, details, trailers = await call.code(), await call.details(), await call.trailing_metadata()
+            if self._span is not None:
+                self._span.grpc_status(code.value[0], details or "")
             await self._send(rpc_pb2.ConnectRequest(trailer=rpc_pb2.Trailer(meta=meta_to_values(trailers))))
             if code is not grpc.StatusCode.OK:
                 _log_failed_call(self._method, code, details or "")
@@ -293,6 +307,9 @@ class _ForwardedCall:
             with contextlib.suppress(_TunnelEnded):
                 await self._send(rpc_pb2.ConnectRequest(error=rpc_pb2.Error(status=status)))
                 await self._tunnel.done_writing()
+        finally:
+            if self._span is not None:
+                self._span.end()
 
 
 def _log_failed_call(method: str, code: grpc.StatusCode, details: str) -> None:
