@@ -40,6 +40,7 @@ from tether.modules.kubernetes_api.server.config import KubernetesApiCF
 from tether.modules.kubernetes_api.server.cors import cors_headers, is_preflight, preflight_response
 from tether.modules.kubernetes_api.server.request_head import request_header
 from tether.modules.kubernetes_api.server.status import ProxyError, status_response
+from tether.modules.kubernetes_api.server.usage import ProxyUsage
 from tether.pb.gitlab.agent.grpctool import grpctool_pb2
 from tether.tool import tracing
 from tether.tool.durations import parse_duration
@@ -96,6 +97,7 @@ class KubernetesApiProxy:
         external_url: ``gitlab.external_url`` for CORS, or None (no CORS checks).
         limiter: counts refused credentials per source address, or None.
         paths: paths under the prefix that kas answers itself (``ServerApi.proxy_paths``).
+        usage: counts authorized requests under upstream's usage names, or None.
     """
 
     def __init__(
@@ -106,7 +108,9 @@ class KubernetesApiProxy:
         external_url: str | None,
         limiter: RateLimiter | None = None,
         paths: Mapping[str, ProxyPathHandler] | None = None,
+        usage: ProxyUsage | None = None,
     ) -> None:
+        self._usage = usage
         self._config = config
         self._limiter = limiter if config.failed_auth_per_source_per_minute > 0 else None
         self._failure_limit = per_minute(max(config.failed_auth_per_source_per_minute, 1))
@@ -188,6 +192,8 @@ class KubernetesApiProxy:
             url_path = self._strip_prefix(request.rel_url.path)
             auth, credentials = await self._authenticate(request)
             impersonation = impersonation_for(auth, credentials.access_type)
+            if self._usage is not None:
+                self._usage.record(credentials.access_type, auth.user_id, credentials.agent_id)
             if impersonation is not None and (name := carries_impersonation(request.headers.keys())):
                 raise ProxyError(
                     403,
