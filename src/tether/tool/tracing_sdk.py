@@ -10,9 +10,10 @@ outbound HTTP request.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
+import grpc
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -124,6 +125,15 @@ class Tracer:
         span = self._tracer.start_span(name, context=ctx, kind=_KINDS[kind], attributes=attributes)
         return Span(span)
 
+    def start_child(self, name: str, attributes: Attributes | None = None) -> Span | None:
+        """A client span under the current context, or None when no trace is current.
+
+        None keeps background work (e.g. agentk's informers) from starting root traces of its own.
+        """
+        if not trace.get_current_span().get_span_context().is_valid:
+            return None
+        return Span(self._tracer.start_span(name, kind=trace.SpanKind.CLIENT, attributes=attributes))
+
     def attach(self, parent: Iterable[tuple[str, Any]]) -> object:
         """Make the trace context in ``parent`` current in this task; give the result to :meth:`detach`."""
         return otel_context.attach(_PROPAGATOR.extract(_trace_pairs(parent)))
@@ -132,6 +142,49 @@ class Tracer:
         """Undo :meth:`attach` (same task)."""
         otel_context.detach(token)  # type: ignore[arg-type]
 
+    def grpc_client_interceptor(self, prefix: str) -> grpc.aio.UnaryUnaryClientInterceptor:
+        """An interceptor for a ``grpc.aio`` channel: each unary call is a client span ``<prefix> <method>``.
+
+        The span's ``traceparent`` travels in the call's metadata, so kas continues the trace.
+        """
+        return _ClientInterceptor(self, prefix)
+
     def shutdown(self) -> None:
         """Export what is queued (at most a few seconds) and stop the exporter."""
         self._provider.shutdown()
+
+
+class _ClientInterceptor(grpc.aio.UnaryUnaryClientInterceptor):
+    def __init__(self, tracer: Tracer, prefix: str) -> None:
+        self._tracer = tracer
+        self._prefix = prefix
+
+    async def intercept_unary_unary(
+        self,
+        continuation: Callable[[grpc.aio.ClientCallDetails, Any], Awaitable[grpc.aio.UnaryUnaryCall[Any, Any]]],
+        client_call_details: grpc.aio.ClientCallDetails,
+        request: Any,
+    ) -> Any:
+        method = client_call_details.method
+        name = method.decode() if isinstance(method, bytes) else str(method)
+        span = self._tracer.start(f"{self._prefix} {name}", "client", None, {"rpc.method": name})
+        metadata = grpc.aio.Metadata(*(client_call_details.metadata or ()))
+        for key, value in span.carrier():
+            metadata[key] = value
+        details = grpc.aio.ClientCallDetails(
+            client_call_details.method,
+            client_call_details.timeout,
+            metadata,
+            client_call_details.credentials,
+            client_call_details.wait_for_ready,
+        )
+        try:
+            call = await continuation(details, request)
+            code = await call.code()
+            span.grpc_status(code.value[0], await call.details() or "")
+            return call
+        except BaseException as exc:
+            span.fail(repr(exc))
+            raise
+        finally:
+            span.end()

@@ -188,16 +188,10 @@ class MakeRequestServicer:
     async def _make_request(
         self, requests: AsyncIterator[_Request], context: aio.ServicerContext[_Request, _Response]
     ) -> None:
-        tracer = tracing.TRACER
-        # The tunnelled call's trace context becomes current, so the outbound request's span is its child.
-        token = None if tracer is None else tracer.attach(context.invocation_metadata() or ())
         try:
             await self.serve(requests, context.write)
         except StatusError as exc:
             await exc.abort(context)
-        finally:
-            if token is not None and tracer is not None:
-                tracer.detach(token)
 
     async def serve(self, requests: AsyncIterator[_Request], send: Send) -> None:
         """Make the HTTP request carried by ``requests`` and ``send`` the response frames.
@@ -270,7 +264,10 @@ class OutboundHttp:
         """:meth:`forward` as a client span whose ``traceparent`` the server receives (issue 25 item 3)."""
         method = header.request.method
         attributes = {"http.request.method": method, "url.full": str(url.with_query(None))[:512]}
-        span = tracer.start(f"HTTP {method}", "client", None, attributes)
+        span = tracer.start_child(f"HTTP {method}", attributes)
+        if span is None:  # not within a traced call (the internal server's interceptor makes its context current)
+            await self._forward(frames, header, url, headers, upgrade, send)
+            return
         headers = [(k, v) for k, v in headers if k.lower() not in TRACE_KEYS]
         headers += [(canonical_key(k), v) for k, v in span.carrier()]
 
