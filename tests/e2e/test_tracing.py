@@ -25,6 +25,8 @@ from tests.e2e.test_k8s_proxy_upgrade import connect_agent
 from tests.fixtures.hub import RealHub
 from tests.fixtures.k8s import Kubectl, cluster_assets
 from tests.fixtures.system import System
+from tether.hub.kas_client import KasApiClient
+from tether.tool.secrets import load_base64_secret
 from tether.tool.tracing import ENDPOINT_ENV
 from tether_devenv.jaeger import JaegerServer
 
@@ -42,8 +44,13 @@ async def api_server() -> AsyncIterator[tuple[str, list[str]]]:
         received.append(request.headers.get("traceparent", ""))
         return web.json_response({"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "traced"}})
 
+    async def pods(request: web.Request) -> web.Response:
+        received.append(request.headers.get("traceparent", ""))
+        return web.json_response({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": []})
+
     app = web.Application()
     app.router.add_get(_POD_PATH, pod)
+    app.router.add_get("/api/v1/pods", pods)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -68,7 +75,7 @@ def jaeger(tmp_path: Path) -> Any:
 
 
 async def _whole_trace(jaeger: JaegerServer, trace_id: str, services: int) -> dict[str, Any]:
-    """The trace once spans of ``services`` processes are stored (exporters batch; the collector too)."""
+    """The trace once spans of ``services`` processes (a kas counts once per instance) and 5 spans are stored."""
     deadline = time.monotonic() + 60
     while True:
         trace = await asyncio.to_thread(jaeger.trace, trace_id)
@@ -82,7 +89,7 @@ def _instance(process: dict[str, Any]) -> str:
     return next((t["value"] for t in process["tags"] if t["key"] == "service.instance.id"), "")
 
 
-async def test_one_trace_spans_kubectl_both_kas_agentk_and_the_api_server(
+async def test_one_trace_from_kubectl_or_the_hub_through_both_kas_and_agentk_to_the_api_server(
     system: System,
     kas_hub: RealHub,
     jaeger: JaegerServer,
@@ -134,3 +141,38 @@ async def test_one_trace_spans_kubectl_both_kas_agentk_and_the_api_server(
     assert _instance(processes[proxy["processID"]]) == kas1.private_url
     status_tag = next(t["value"] for t in proxy["tags"] if t["key"] == "http.response.status_code")
     assert status_tag == 200
+
+    # The hub's kas client (in this process, traced like the hub): GetPods on kas 1's api listener -> kas 2 ->
+    # agentk's pods module -> its API server list.
+    tracing.setup("tether-hub", jaeger.otlp_endpoint)
+    try:
+        client = KasApiClient(kas1.api_target, load_base64_secret(kas_hub.secret_file))
+        try:
+            assert list(await client.get_pods(agent_id)) == []
+        finally:
+            await client.close()
+    finally:
+        tracing.shutdown()  # exports this process' span and turns tracing off again
+    assert len(received) == 2 and received[1], f"the API server got no traceparent: {received}"
+    _version, trace_id, parent_span_id, _flags = received[1].split("-")
+    trace = await _whole_trace(jaeger, trace_id, services=4)
+    processes = trace["processes"]
+    spans = {s["spanID"]: s for s in trace["spans"]}
+    chain = [spans[parent_span_id]]
+    while chain[-1]["references"]:
+        chain.append(parent_of(chain[-1]))
+    method = "/gitlab.agent.pods.rpc.Pods/GetPods"
+    assert [s["operationName"] for s in chain] == [
+        "HTTP GET",
+        f"agentk {method}",
+        f"kas gateway {method}",
+        f"kas route {method}",
+        f"hub {method}",
+    ]
+    assert [processes[s["processID"]]["serviceName"] for s in chain] == [
+        "tether-agentk",
+        "tether-agentk",
+        "tether-kas",
+        "tether-kas",
+        "tether-hub",
+    ]
