@@ -26,6 +26,7 @@ from tests.fixtures.hub import RealHub
 from tests.fixtures.k8s import Kubectl, cluster_assets
 from tests.fixtures.system import System
 from tether.hub.kas_client import KasApiClient
+from tether.tool import tracing
 from tether.tool.secrets import load_base64_secret
 from tether.tool.tracing import ENDPOINT_ENV
 from tether_devenv.jaeger import JaegerServer
@@ -98,8 +99,8 @@ async def test_one_trace_from_kubectl_or_the_hub_through_both_kas_and_agentk_to_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "200")  # export every 0.2 s instead of 5 s (inherited)
-    tracing = {"observability": {"tracing": {"otlp_endpoint": jaeger.otlp_endpoint}}}
-    kas1, kas2 = system.kas(**tracing), system.kas(**tracing)
+    traced = {"observability": {"tracing": {"otlp_endpoint": jaeger.otlp_endpoint}}}
+    kas1, kas2 = system.kas(**traced), system.kas(**traced)
     monkeypatch.setenv(ENDPOINT_ENV, jaeger.otlp_endpoint)  # agentk only: started after this
     server_url, received = api_server
     agent_id = await connect_agent(system, kas_hub, kas2, server_url, tmp_path)
@@ -139,8 +140,7 @@ async def test_one_trace_from_kubectl_or_the_hub_through_both_kas_and_agentk_to_
     assert _instance(processes[gateway["processID"]]) == kas2.private_url
     assert _instance(processes[route["processID"]]) == kas1.private_url
     assert _instance(processes[proxy["processID"]]) == kas1.private_url
-    status_tag = next(t["value"] for t in proxy["tags"] if t["key"] == "http.response.status_code")
-    assert status_tag == 200
+    assert {"key": "http.response.status_code", "type": "int64", "value": 200} in http["tags"]
 
     # The hub's kas client (in this process, traced like the hub): GetPods on kas 1's api listener -> kas 2 ->
     # agentk's pods module -> its API server list.
@@ -157,6 +157,7 @@ async def test_one_trace_from_kubectl_or_the_hub_through_both_kas_and_agentk_to_
     _version, trace_id, parent_span_id, _flags = received[1].split("-")
     trace = await _whole_trace(jaeger, trace_id, services=4)
     processes = trace["processes"]
+    print("TRACE", __import__("json").dumps(trace))
     spans = {s["spanID"]: s for s in trace["spans"]}
     chain = [spans[parent_span_id]]
     while chain[-1]["references"]:

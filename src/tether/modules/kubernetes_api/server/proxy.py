@@ -175,6 +175,10 @@ class KubernetesApiProxy:
             response = await self._handle_bound(request, request_id, span.carrier())
             span.http_status(response.status, server=True)
             return response
+        except asyncio.CancelledError:
+            # The client went away (kubectl closes as soon as it has the body): not a failure of kas.
+            span.set("tether.client_gone", True)
+            raise
         except BaseException as exc:
             span.fail(repr(exc))
             raise
