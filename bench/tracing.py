@@ -5,10 +5,10 @@ Usage: ``uv run python bench/tracing.py [--rounds 7] [--gets 200]``
 Real processes on loopback: redis-server, the hub, Jaeger (``tether_devenv.jaeger``) and two identical set-ups,
 each of two ``tether kas`` and one ``tether agentk`` connected to the second kas: one with tracing off (the
 default), one exporting every span to Jaeger (``sampler_ratio`` 1, the worst case). agentk's cluster is a small
-HTTP server answering a namespace object, so the figure is kas' and agentk's own work. Rounds alternate off and
-on, so a change of machine load hits both. A GET is client -> kas 1's Kubernetes API proxy (TLS) -> kas 2 ->
-tunnel -> agentk -> the server. Adds ``tracing_small_get_added_ms`` (median of the per-round differences of
-medians) to ``bench/results/audit.json``.
+HTTP server answering a namespace object, so the figure is kas' and agentk's own work. Off and on alternate
+request by request, so a change of machine load hits both. A GET is client -> kas 1's Kubernetes API proxy
+(TLS) -> kas 2 -> tunnel -> agentk -> the server. Adds ``tracing_small_get_added_ms`` (median of the per-round
+differences of medians) to ``bench/results/audit.json``.
 """
 
 from __future__ import annotations
@@ -70,19 +70,33 @@ async def setup(system: System, hub: RealHub, agent_id: int, server: str, tracin
     return f"{kas1.k8s_proxy_url}|pat:{agent_id}:{pat}"
 
 
-async def small_gets(target: str, ca: Path, count: int) -> list[float]:
+async def _get(session: aiohttp.ClientSession, target: str, context: ssl.SSLContext) -> float:
     url, token = target.split("|")
+    began = time.perf_counter()
+    headers = {"Authorization": f"Bearer {token}"}
+    async with session.get(url + "api/v1/namespaces/default", ssl=context, headers=headers) as resp:
+        assert resp.status == 200, await resp.text()
+        await resp.read()
+    return (time.perf_counter() - began) * 1000
+
+
+async def paired_gets(off: str, on: str, ca: Path, count: int) -> tuple[list[float], list[float]]:
+    """``count`` GETs on each set-up, alternating one by one (load changes hit both alike), after 10 warm-ups."""
     context = ssl.create_default_context(cafile=str(ca))
-    samples = []
-    async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as session:
+    off_ms, on_ms = [], []
+    async with aiohttp.ClientSession() as off_session, aiohttp.ClientSession() as on_session:
         for index in range(count + 10):
-            began = time.perf_counter()
-            async with session.get(url + "api/v1/namespaces/default", ssl=context) as resp:
-                assert resp.status == 200, await resp.text()
-                await resp.read()
-            if index >= 10:  # warm-up
-                samples.append((time.perf_counter() - began) * 1000)
-    return samples
+            first_off = index % 2 == 0  # alternate which goes first
+            if first_off:
+                a = await _get(off_session, off, context)
+                b = await _get(on_session, on, context)
+            else:
+                b = await _get(on_session, on, context)
+                a = await _get(off_session, off, context)
+            if index >= 10:
+                off_ms.append(a)
+                on_ms.append(b)
+    return off_ms, on_ms
 
 
 def _spans_stored(jaeger: JaegerServer) -> int:
@@ -117,8 +131,8 @@ async def run(rounds: int, gets: int) -> dict[str, object]:
             added, off_medians, on_medians, loads = [], [], [], []
             for _ in range(rounds):
                 loads.append(os.getloadavg()[0])
-                off_ms = statistics.median(await small_gets(off, tls.ca_cert, gets))
-                on_ms = statistics.median(await small_gets(on, tls.ca_cert, gets))
+                off_samples, on_samples = await paired_gets(off, on, tls.ca_cert, gets)
+                off_ms, on_ms = statistics.median(off_samples), statistics.median(on_samples)
                 off_medians.append(round(off_ms, 2))
                 on_medians.append(round(on_ms, 2))
                 added.append(round(on_ms - off_ms, 3))
