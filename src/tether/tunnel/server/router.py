@@ -181,6 +181,9 @@ class Router:
         except RoutingError as exc:
             span.grpc_status(exc.code.value[0], exc.message)
             raise
+        except asyncio.CancelledError:
+            span.set("tether.caller_gone", True)  # the caller left (e.g. a client with its answer): no failure
+            raise
         except BaseException as exc:
             span.fail(repr(exc))
             raise
