@@ -126,6 +126,9 @@ class Gateway:
             )
             if status is not None:
                 span.grpc_status(status.code, status.message)
+        except asyncio.CancelledError:
+            span.set("tether.caller_gone", True)  # the routing kas ended the call: no failure here
+            raise
         except BaseException as exc:
             span.fail(repr(exc))
             raise
