@@ -65,6 +65,10 @@ python3 -m uv sync --frozen --quiet --python python3.11
 # helm, built from its Go module once per machine (cached under ~/.cache/tether/helm): the charts' tests use it.
 .venv/bin/python -m tether_devenv.helm
 
+# Jaeger v2 (an OpenTelemetry Collector), built from its Go module once per machine (cached under
+# ~/.cache/tether/jaeger): the trace collector of the tracing test (tests/e2e/test_tracing.py) and bench/tracing.py.
+.venv/bin/python -m tether_devenv.jaeger
+
 # Builds upstream GitLab kas, agentk and glab from ../shared/upstream once per machine (cached under
 # ~/.cache/tether/upstream), the peers of the interop tests; prints progress, returns at once when cached.
 .venv/bin/tether dev upstream build

@@ -97,3 +97,6 @@ async def test_connections_per_token_per_minute_holds_across_kas_replicas(system
     assert info_calls(kas_hub) == before, "a throttled RPC costs no hub call"
     await first_configuration(targets[0], other)  # another token has its own budget
     assert 'tether_rate_limited_total{limit="agent_rpc"}' in kas1.metrics()
+    # Upstream's counter of the same refusals (issue 25 item 4): one on each kas.
+    assert kas1.gauge("agent_server_rate_exceeded_total") == 1
+    assert kas2.gauge("agent_server_rate_exceeded_total") == 1

@@ -32,6 +32,7 @@ KAS_UNUSED = (
     "fastapi",
     "sqlalchemy",
     "tether_devenv",
+    "opentelemetry",  # tracing is off by default: its SDK loads only when an OTLP endpoint is configured
 )
 #: Loaded by the first graph request or by kas only.
 AGENTK_UNUSED = (
@@ -47,6 +48,7 @@ AGENTK_UNUSED = (
     "fastapi",
     "sqlalchemy",
     "tether_devenv",
+    "opentelemetry",
 )
 
 

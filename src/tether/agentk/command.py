@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -19,6 +20,7 @@ from tether.agentk.config import (
     read_token,
 )
 from tether.kube.kubeconfig import KubeConfigError
+from tether.tool import tracing
 
 __all__ = ["agentk_command"]
 
@@ -72,6 +74,19 @@ __all__ = ["agentk_command"]
     help="Largest gRPC message sent, in bytes.",
 )
 @click.option(
+    "--tracing-otlp-endpoint",
+    default=None,
+    help="OTLP/HTTP receiver for trace spans, http(s)://host:port [default: env OTEL_EXPORTER_OTLP_ENDPOINT; "
+    "neither: tracing off].",
+)
+@click.option(
+    "--tracing-sampler-ratio",
+    type=click.FloatRange(0.0, 1.0),
+    default=1.0,
+    show_default=True,
+    help="Share of new traces recorded (a request kas traced is always followed).",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),
     default="info",
@@ -87,6 +102,8 @@ def agentk_command(
     observability_listen_address: str,
     max_receive_message_size: int,
     max_send_message_size: int,
+    tracing_otlp_endpoint: str | None,
+    tracing_sampler_ratio: float,
     log_level: str,
 ) -> None:
     """Run agentk: connect to kas, keep reverse tunnels open and serve the agent APIs.
@@ -109,6 +126,10 @@ def agentk_command(
         raise click.UsageError(str(exc)) from exc
     configure_logging(config.log_level)
     try:
+        tracing.setup("tether-agentk", tracing_otlp_endpoint, tracing_sampler_ratio, os.environ.get("POD_NAME"))
+    except ValueError as exc:
+        raise click.UsageError(f"tracing: {exc}") from exc
+    try:
         # uvloop, as kas (agentk ran the default loop): a small proxied request took 2.4 ms less (median of five
         # same-run comparisons under load; issue 28, docs/benchmarks.md "Hot path").
         uvloop.run(AgentkApp(config).run())
@@ -116,6 +137,8 @@ def agentk_command(
         raise click.ClickException(f"Kubernetes credentials: {exc}") from exc
     except OSError as exc:
         raise click.ClickException(f"cannot start agentk: {exc}") from exc
+    finally:
+        tracing.shutdown()
 
 
 def _build_config(

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from tether.hub.db.engine import DatabaseUrlError, check_url
 from tether.modules.remote_development.hub.devfile import default_devfile
 from tether.tool.durations import Duration
+from tether.tool.tracing_config import TracingCF
 
 DEFAULT_DATA_DIR = Path("~/.local/share/tether").expanduser()
 DEFAULT_LISTEN = "127.0.0.1:8080"
@@ -244,6 +245,12 @@ class LoggingCF(_Section):
     level: Literal["debug", "info", "warn", "error"] = "info"
 
 
+class ObservabilityCF(_Section):
+    """``observability``: trace export (``tracing``, the same section as kas'; off by default)."""
+
+    tracing: TracingCF = TracingCF()
+
+
 class HubConfig(_Section):
     """The whole configuration file.
 
@@ -266,6 +273,7 @@ class HubConfig(_Section):
     workspaces: WorkspacesCF = WorkspacesCF()
     audit: AuditCF = AuditCF()
     logging: LoggingCF = LoggingCF()
+    observability: ObservabilityCF = ObservabilityCF()
 
     @property
     def database_url(self) -> str:

@@ -26,6 +26,7 @@ from tether.pb.gitlab.agent.pods.rpc import rpc_pb2 as pods_pb2
 from tether.pb.gitlab.agent.pods.rpc import rpc_pb2_grpc as pods_grpc
 from tether.pb.gitlab.agent.workspace_access.rpc import rpc_pb2 as workspaces_pb2
 from tether.pb.gitlab.agent.workspace_access.rpc import rpc_pb2_grpc as workspaces_grpc
+from tether.tool import tracing
 from tether.tool.backoff import Backoff
 from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_GITLAB, mint
 from tether.tool.secrets import load_base64_secret
@@ -78,10 +79,13 @@ class KasApiClient:
 
     def __init__(self, target: str, secret: bytes, credentials: grpc.ChannelCredentials | None = None) -> None:
         self._secret = secret
+        # With tracing on, every call is a client span whose context kas receives (issue 25 item 3).
+        tracer = tracing.TRACER
+        interceptors = None if tracer is None else [tracer.grpc_client_interceptor("hub")]
         if credentials is None:
-            self._channel = grpc.aio.insecure_channel(target)
+            self._channel = grpc.aio.insecure_channel(target, interceptors=interceptors)
         else:
-            self._channel = grpc.aio.secure_channel(target, credentials)
+            self._channel = grpc.aio.secure_channel(target, credentials, interceptors=interceptors)
         self._tracker = tracker_grpc.AgentTrackerStub(self._channel)
         self._pods = pods_grpc.PodsStub(self._channel)
         self._tokens = tokens_grpc.AgentTokensStub(self._channel)

@@ -30,7 +30,7 @@ from tether.kas.errors import KasStartError
 from tether.kas.listeners import GrpcListeners, load_secrets, own_private_api_url
 from tether.kas.loops import AgentCount, kas_loops
 from tether.kas.modules import SERVER_MODULES
-from tether.kas.observability import ObservabilityServer, kas_gauges
+from tether.kas.observability import BuildInfo, ObservabilityServer, kas_gauges
 from tether.kas.services import KasServices, build_services
 from tether.kas.shutdown import drain
 from tether.kas.state import redis_target
@@ -111,6 +111,7 @@ class KasApp:
         self.agent_count = AgentCount(self.services.state)
         registry = self.services.routing.registry
         self.metrics.register(kas_gauges(registry.idle_count, registry.waiting_count, lambda: self.agent_count.value))
+        self.metrics.register(BuildInfo(__version__, commit))
         self.observability = ObservabilityServer(
             config.observability, [self._ready_probe, self._backend_probe], self.metrics
         )

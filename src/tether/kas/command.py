@@ -11,6 +11,7 @@ import uvloop
 
 from tether.kas.app import KasApp, KasStartError
 from tether.kas.config import ConfigError, load_config
+from tether.tool import tracing
 from tether.tool.logs import setup_logging
 
 
@@ -18,6 +19,12 @@ async def _run(config_file: Path) -> None:
     config = load_config(config_file)
     setup_logging(config.observability.logging.level, config.observability.logging.grpc_level)
     app = KasApp(config)
+    # Process-wide, so only the command turns it on (tests run several KasApp in one process without it).
+    traced = config.observability.tracing
+    try:
+        tracing.setup("tether-kas", traced.otlp_endpoint, traced.sampler_ratio, app.own_url)
+    except ValueError as exc:  # OTEL_EXPORTER_OTLP_ENDPOINT is not an http(s) URL
+        raise ConfigError(f"tracing: {exc}") from exc
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -27,6 +34,7 @@ async def _run(config_file: Path) -> None:
         await stop.wait()
     finally:
         await app.stop()
+        tracing.shutdown()
 
 
 @click.command("kas")

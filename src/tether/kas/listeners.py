@@ -16,6 +16,7 @@ import grpc
 from tether.kas.errors import KasStartError
 from tether.modserver.agent_auth import AgentAuthenticator, AgentAuthInterceptor
 from tether.modserver.config import KasConfigBase, ListenCF
+from tether.tool.grpc_in_flight import InFlightInterceptor
 from tether.tool.grpc_size import receive_limit_options
 from tether.tool.grpc_stream import BOUNDED_WINDOW_OPTIONS, PENDING_RPC_OPTIONS
 from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_GITLAB, ISSUER_KAS, JwtServerInterceptor, JwtVerifier
@@ -145,7 +146,7 @@ class GrpcListeners:
     def _server(self, max_connection_age_s: float, interceptor: grpc.aio.ServerInterceptor) -> grpc.aio.Server:
         return grpc.aio.server(
             options=_server_options(max_connection_age_s, self._config.agent.listen.max_message_size),
-            interceptors=[interceptor],
+            interceptors=[InFlightInterceptor(), interceptor],
         )
 
     def bind(self) -> dict[str, int]:

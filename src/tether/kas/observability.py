@@ -50,6 +50,26 @@ def kas_gauges(
     )
 
 
+class BuildInfo(Collector):
+    """``gitlab_build_info{version, built} 1``: upstream kas' build gauge (``cmd/kas/kasapp/configured_app.go``).
+
+    Args:
+        version: the kas version.
+        built: when or from what it was built (upstream: the build time; here the commit given to kas, or empty).
+    """
+
+    def __init__(self, version: str, built: str) -> None:
+        self._labels = [version, built]
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """The one series, value 1."""
+        family = GaugeMetricFamily(
+            "gitlab_build_info", "Current build info for this GitLab Service", labels=["version", "built"]
+        )
+        family.add_metric(self._labels, 1)
+        yield family
+
+
 class ObservabilityServer:
     """The HTTP server; ``registry`` holds this process' own gauges next to the global metrics.
 

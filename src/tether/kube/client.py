@@ -18,6 +18,7 @@ import msgspec
 from multidict import CIMultiDict
 
 from tether.kube.kubeconfig import KubeCredentials
+from tether.tool import tracing
 
 __all__ = ["KubeApiError", "KubeClient", "KubeConnectionError", "KubeError", "ObjectList", "ServerVersion"]
 
@@ -145,15 +146,31 @@ class KubeClient:
         session = self._ensure_session()
         headers = self._headers(accept)
         url = self._credentials.server + path
+        tracer = tracing.TRACER
+        span = (
+            None if tracer is None else tracer.start_child("HTTP GET", {"http.request.method": "GET", "url.full": url})
+        )
+        if span is not None:  # within a traced call: the API server gets this span as its parent (issue 25 item 3)
+            for key, value in span.carrier():
+                headers[key] = value
         try:
             async with session.get(url, params=dict(params or {}), headers=headers) as response:
                 body = await response.read()
+                if span is not None:
+                    span.http_status(response.status, server=False)
                 if response.status >= 300:
                     raise _api_error(response.status, response.reason or "", body)
         except aiohttp.ClientError as exc:
+            if span is not None:
+                span.fail(repr(exc))
             raise KubeConnectionError(f"GET {url}: {exc}") from exc
         except TimeoutError as exc:
+            if span is not None:
+                span.fail("timed out")
             raise KubeConnectionError(f"GET {url}: timed out after {self._timeout.total} s") from exc
+        finally:
+            if span is not None:
+                span.end()
         try:
             decoded = msgspec.json.decode(body)  # about twice as fast as json.loads on large lists
         except msgspec.DecodeError as exc:

@@ -20,6 +20,7 @@ from google.protobuf import descriptor_pool
 from grpc import aio
 
 from tether.pb.gitlab.agent.reverse_tunnel.info import info_pb2
+from tether.tool import tracing
 from tether.tool.grpc_stream import BOUNDED_WINDOW_OPTIONS, PENDING_RPC_OPTIONS
 from tether.tool.logs import REQUEST_ID_METADATA
 
@@ -231,7 +232,7 @@ def _methods_from_pool(service_name: str) -> list[str]:
 
 
 class RequestIdInterceptor(aio.ServerInterceptor):
-    """Binds the ``request_id`` kas sent in metadata to the log lines of the call (issue 9 item 6)."""
+    """Binds the ``request_id`` kas sent in metadata to the log lines of the call (issue 9 item 6), and its trace."""
 
     async def intercept_service(
         self,
@@ -243,4 +244,9 @@ class RequestIdInterceptor(aio.ServerInterceptor):
             if key == REQUEST_ID_METADATA and isinstance(value, str):
                 structlog.contextvars.bind_contextvars(request_id=value)
                 break
+        tracer = tracing.TRACER
+        if tracer is not None:
+            # The tunnelled call's trace context becomes current for the handler, so its API server requests are
+            # child spans (issue 25 item 3); the call's task and its context end with it.
+            tracer.attach(handler_call_details.invocation_metadata or ())
         return await continuation(handler_call_details)

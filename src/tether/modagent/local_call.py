@@ -10,7 +10,8 @@ modules keep their handler contract and the bytes are decoded once.
 What grpcio's server does and this keeps: request and response (de)serializers, initial metadata sent before
 the first message, ``abort``/``set_code``/trailing metadata, ``UNKNOWN`` for an exception escaping the
 handler, ``DEADLINE_EXCEEDED`` at kas' deadline (``tether-timeout-ms``), the request id bound to the
-handler's log lines, and flow control: a request message is handed over only when the handler reads it.
+handler's log lines and its trace context, and flow control: a request message is handed over only when the
+handler reads it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import grpc
 import structlog
 from grpc import aio
 
+from tether.tool import tracing
 from tether.tool.grpc_meta import Metadata, timeout_from
 from tether.tool.logs import REQUEST_ID_METADATA
 
@@ -236,6 +238,9 @@ class LocalCall:
     async def _serve(self, request_id: str | None) -> None:
         if request_id is not None:
             structlog.contextvars.bind_contextvars(request_id=request_id)  # this task's own context
+        if (tracer := tracing.TRACER) is not None:
+            # The call's trace context is current for the handler: its API server requests are child spans.
+            tracer.attach(self._context.invocation_metadata())
         self._started = True
         context = self._context
         try:

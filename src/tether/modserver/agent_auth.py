@@ -33,6 +33,7 @@ from typing import Any, Protocol
 import aiohttp
 import grpc
 from cachetools import TTLCache
+from prometheus_client import Counter
 
 from tether.modserver.gitlab_client import AgentInfo, GitlabClient, GitlabClientError, GitlabTimeout
 from tether.tool.circuit_breaker import CircuitBreaker, CircuitOpen
@@ -50,6 +51,12 @@ _CACHEABLE = {
     404: grpc.StatusCode.NOT_FOUND,
 }
 _MESSAGES = {401: "unauthenticated", 403: "forbidden", 404: "agent not found"}
+
+#: Upstream kas' counter (``cmd/kas/kasapp/app_agent_server.go``; exposed as ``agent_server_rate_exceeded_total``).
+RATE_EXCEEDED = Counter(
+    "agent_server_rate_exceeded",
+    "The total number of times configured rate limit of new agent connections was exceeded",
+)
 
 
 class ValueStore(Protocol):
@@ -374,6 +381,7 @@ class AgentAuthInterceptor(grpc.aio.ServerInterceptor):
             if self._limiter is not None:
                 key = token_digest(bearer_token(metadata)).hex()
                 if not await self._limiter.hit("agent_rpc", self._limit, key):
+                    RATE_EXCEEDED.inc()
                     return reject_handler(
                         grpc.StatusCode.RESOURCE_EXHAUSTED,
                         f"rate limit exceeded: more than {self._limit.amount} RPCs per minute with this agent token "

@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tether.tool.durations import Duration
+from tether.tool.tracing_config import TracingCF
 
 
 class Section(BaseModel):
@@ -108,13 +109,14 @@ class LoggingCF(Section):
 
 
 class ObservabilityCF(Section):
-    """/metrics, /liveness, /readiness and logging."""
+    """/metrics, /liveness, /readiness, logging and tracing (``tracing``: OTLP export, off by default)."""
 
     listen: ObservabilityListenCF = ObservabilityListenCF()
     prometheus: UrlPathCF = UrlPathCF(url_path="/metrics")
     liveness_probe: UrlPathCF = UrlPathCF(url_path="/liveness")
     readiness_probe: UrlPathCF = UrlPathCF(url_path="/readiness")
     logging: LoggingCF = LoggingCF()
+    tracing: TracingCF = TracingCF()
 
 
 class RedisServerCF(Section):

@@ -9,6 +9,7 @@ from tether.hub.cli.context import HubContext, pass_hub
 from tether.hub.db import migrate as migrations
 from tether.hub.db.engine import Database
 from tether.hub.server import HubServer, HubStartError
+from tether.tool import tracing
 from tether.tool.logs import setup_logging
 
 
@@ -25,10 +26,17 @@ def serve(hub_ctx: HubContext, listen: str | None, kas_api_address: str | None, 
     overrides = {"listen": listen, "kas.api_address": kas_api_address, "database.auto_migrate": auto_migrate}
     config = hub_ctx.config(**overrides)
     setup_logging(config.logging.level)
+    traced = config.observability.tracing
+    try:
+        tracing.setup("tether-hub", traced.otlp_endpoint, traced.sampler_ratio, config.external_url or config.listen)
+    except ValueError as exc:  # OTEL_EXPORTER_OTLP_ENDPOINT is not an http(s) URL
+        raise click.ClickException(f"tracing: {exc}") from exc
     try:
         run(HubServer(config).serve())
     except HubStartError as exc:
         raise click.ClickException(str(exc)) from exc
+    finally:
+        tracing.shutdown()
 
 
 @click.command("migrate")

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import grpc
@@ -25,10 +25,15 @@ from grpc import aio
 
 from tether.pb.gitlab.agent.grpctool import grpctool_pb2
 from tether.pb.gitlab.agent.prototool import prototool_pb2
+from tether.tool import tracing
 from tether.tool.automaton import StreamAutomaton, StreamOrderError
-from tether.tool.http_grpc.headers import clean_headers, to_values, via_value
+from tether.tool.http_grpc.headers import canonical_key, clean_headers, to_values, via_value
 from tether.tool.http_grpc.upgrade_client import UpgradeExchange, UpgradeProtocolError, open_exchange
 from tether.tool.status import StatusError
+from tether.tool.tracing import TRACE_KEYS
+
+if TYPE_CHECKING:
+    from tether.tool.tracing_sdk import Tracer
 
 __all__ = [
     "MAX_CHUNK",
@@ -240,6 +245,54 @@ class OutboundHttp:
             OUTBOUND_ERRORS: the server could not be reached or failed mid-response.
             AgentRequestError: the request stream broke.
         """
+        tracer = tracing.TRACER
+        if tracer is not None:
+            await self._forward_traced(tracer, frames, header, url, headers, upgrade, send)
+            return
+        await self._forward(frames, header, url, headers, upgrade, send)
+
+    async def _forward_traced(
+        self,
+        tracer: Tracer,
+        frames: RequestFrames,
+        header: _Request.Header,
+        url: yarl.URL,
+        headers: list[tuple[str, str]],
+        upgrade: bool,
+        send: Send,
+    ) -> None:
+        """:meth:`forward` as a client span whose ``traceparent`` the server receives (issue 25 item 3)."""
+        method = header.request.method
+        attributes = {"http.request.method": method, "url.full": str(url.with_query(None))[:512]}
+        span = tracer.start_child(f"HTTP {method}", attributes)
+        if span is None:  # not within a traced call (the internal server's interceptor makes its context current)
+            await self._forward(frames, header, url, headers, upgrade, send)
+            return
+        headers = [(k, v) for k, v in headers if k.lower() not in TRACE_KEYS]
+        headers += [(canonical_key(k), v) for k, v in span.carrier()]
+
+        async def observed(message: _Response) -> None:
+            if message.HasField("header"):
+                span.http_status(message.header.response.status_code, server=False)
+            await send(message)
+
+        try:
+            await self._forward(frames, header, url, headers, upgrade, observed)
+        except BaseException as exc:
+            span.fail(repr(exc))
+            raise
+        finally:
+            span.end()
+
+    async def _forward(
+        self,
+        frames: RequestFrames,
+        header: _Request.Header,
+        url: yarl.URL,
+        headers: list[tuple[str, str]],
+        upgrade: bool,
+        send: Send,
+    ) -> None:
         method = header.request.method
         content_length = header.content_length if header.HasField("content_length") else -1
         reader = asyncio.create_task(frames.run(), name="http-request-frames")

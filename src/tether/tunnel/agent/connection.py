@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import enum
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import structlog
@@ -23,12 +23,16 @@ from grpc import aio
 from tether.modagent.local_call import LocalCall, SinkClosed
 from tether.pb.gitlab.agent.reverse_tunnel.info import info_pb2
 from tether.pb.gitlab.agent.reverse_tunnel.rpc import rpc_pb2, rpc_pb2_grpc
+from tether.tool import tracing
 from tether.tool.automaton import StreamAutomaton, StreamOrderError
 from tether.tool.backoff import Backoff
 from tether.tool.grpc_meta import Metadata, meta_to_values, status_to_proto, values_to_meta
 from tether.tool.grpc_stream import CallWriter
 from tether.tool.relay import dispatch
 from tether.tunnel.agent.pool import TunnelListener
+
+if TYPE_CHECKING:
+    from tether.tool.tracing_sdk import Span
 
 __all__ = ["ConnectedTunnels", "TunnelConnection", "reconnect_backoff"]
 
@@ -224,8 +228,15 @@ class _ForwardedCall:
         _log.debug("tunnel_request", method=info.method_name)
         self._call: LocalCall | None = None
         self._refusal: asyncio.Task[None] | None = None
+        self._span: Span | None = None
         if handler is not None:
-            self._call = LocalCall(handler, values_to_meta(info.meta), self)
+            metadata = values_to_meta(info.meta)
+            tracer = tracing.TRACER
+            if tracer is not None:
+                # agentk's hop as a server span, a child of the gateway kas' span (issue 25 item 3).
+                self._span = tracer.start(f"agentk {self._method}", "server", metadata, {"rpc.method": self._method})
+                metadata = tracing.with_trace(metadata, self._span.carrier())
+            self._call = LocalCall(handler, metadata, self)
         else:
             self._refusal = asyncio.create_task(self._refuse())
 
@@ -247,6 +258,8 @@ class _ForwardedCall:
         if self._refusal is not None:
             self._refusal.cancel()
             await asyncio.wait({self._refusal})
+        if self._span is not None:
+            self._span.end()
 
     async def header(self, metadata: Metadata) -> None:
         """:class:`~tether.modagent.local_call.CallSink`: the response's initial metadata."""
@@ -258,6 +271,8 @@ class _ForwardedCall:
 
     async def end(self, code: grpc.StatusCode, details: str, trailers: Metadata) -> None:
         """Trailer, the status unless OK, then the half-close."""
+        if self._span is not None:
+            self._span.grpc_status(code.value[0], details)
         await self._send(rpc_pb2.ConnectRequest(trailer=rpc_pb2.Trailer(meta=meta_to_values(trailers))))
         if code is not grpc.StatusCode.OK:
             _log_failed_call(self._method, code, details)

@@ -15,7 +15,8 @@ import grpc
 from google.rpc import status_pb2
 
 from tether.pb.gitlab.agent.kas import kasapp_pb2
-from tether.tool.grpc_meta import MetadataIn
+from tether.tool import tracing
+from tether.tool.grpc_meta import Metadata, MetadataIn
 from tether.tool.logs import bind
 from tether.tool.status import StatusError
 from tether.tunnel.server.metadata import RoutingMetadataError, forwardable, routing_agent_id, split_method
@@ -112,12 +113,37 @@ class Gateway:
             handle.done()
 
     async def _forward(self, tunnel: Tunnel, full_method: str, metadata: MetadataIn | None, peer: RoutingPeer) -> None:
+        tracer = tracing.TRACER
+        if tracer is None:
+            await self._forward_call(tunnel, full_method, forwardable(metadata), peer)
+            return
+        # The gateway kas' hop as a server span, a child of the routing kas' span (issue 25 item 3).
+        attributes: dict[str, str | int] = {"rpc.method": full_method, "tether.agent_id": tunnel.agent_id}
+        span = tracer.start(f"kas gateway {full_method}", "server", metadata or (), attributes)
+        try:
+            status = await self._forward_call(
+                tunnel, full_method, tracing.with_trace(forwardable(metadata), span.carrier()), peer
+            )
+            if status is not None:
+                span.grpc_status(status.code, status.message)
+        except asyncio.CancelledError:
+            span.set("tether.caller_gone", True)  # the routing kas ended the call: no failure here
+            raise
+        except BaseException as exc:
+            span.fail(repr(exc))
+            raise
+        finally:
+            span.end()
+
+    async def _forward_call(
+        self, tunnel: Tunnel, full_method: str, metadata: Metadata, peer: RoutingPeer
+    ) -> status_pb2.Status | None:
         sink = _Sink(peer)
         status: status_pb2.Status | None
         # The call now runs on behalf of the tunnel's agentk connection too (issue 9 item 6).
         with bind(agent_id=tunnel.agent_id, connection_id=tunnel.connection_id):
             try:
-                status = await tunnel.forward(full_method, forwardable(metadata), peer, sink)
+                status = await tunnel.forward(full_method, metadata, peer, sink)
             except TunnelBroken as exc:
                 log.info("tunnel broke during forwarding: %s", exc.message)
                 status = status_pb2.Status(code=exc.code.value[0], message=exc.message)
@@ -125,3 +151,4 @@ class Gateway:
                     await sink.trailer({})
             if status is not None:
                 await peer.write(Response(error=Response.Error(status=status)))
+        return status

@@ -16,13 +16,14 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 from google.rpc import status_pb2
 from prometheus_client import Counter, Histogram
 
 from tether.pb.gitlab.agent.kas import kasapp_pb2
+from tether.tool import tracing
 from tether.tool.automaton import StreamAutomaton, StreamOrderError
 from tether.tool.backoff import Backoff
 from tether.tool.grpc_meta import Metadata, MetadataIn, timeout_entry
@@ -35,6 +36,9 @@ from tether.tunnel.server.kas_pool import KasPool, KasUrlError
 from tether.tunnel.server.metadata import ROUTING_AGENT_ID_KEY, forwardable
 from tether.tunnel.server.notifier import TunnelNotifier
 from tether.tunnel.server.tunnel import ValuesMap
+
+if TYPE_CHECKING:
+    from tether.tool.tracing_sdk import Tracer
 
 log = logging.getLogger(__name__)
 NOT_FOUND_MESSAGE = "Agent connection not found. Is agent up to date and connected?"
@@ -150,6 +154,51 @@ class Router:
                 or when ``timeout_s`` expired during the call; UNAVAILABLE when the gateway or tunnel failed
                 during the call.
         """
+        tracer = tracing.TRACER
+        if tracer is not None:
+            return await self._route_traced(tracer, agent_id, full_method, metadata, caller, timeout_s, find_timeout_s)
+        return await self._route(agent_id, full_method, metadata, caller, timeout_s, find_timeout_s)
+
+    async def _route_traced(
+        self,
+        tracer: Tracer,
+        agent_id: int,
+        full_method: str,
+        metadata: MetadataIn | None,
+        caller: CallerSide,
+        timeout_s: float | None,
+        find_timeout_s: float | None,
+    ) -> status_pb2.Status | None:
+        """:meth:`route` as a client span (routing kas -> gateway kas), a child of the caller's trace context."""
+        attributes: dict[str, str | int] = {"rpc.method": full_method, "tether.agent_id": agent_id}
+        span = tracer.start(f"kas route {full_method}", "client", metadata or (), attributes)
+        try:
+            outgoing = tracing.with_trace(metadata or (), span.carrier())
+            status = await self._route(agent_id, full_method, outgoing, caller, timeout_s, find_timeout_s)
+            if status is not None:
+                span.grpc_status(status.code, status.message)
+            return status
+        except RoutingError as exc:
+            span.grpc_status(exc.code.value[0], exc.message)
+            raise
+        except asyncio.CancelledError:
+            span.set("tether.caller_gone", True)  # the caller left (e.g. a client with its answer): no failure
+            raise
+        except BaseException as exc:
+            span.fail(repr(exc))
+            raise
+        finally:
+            span.end()
+
+    async def _route(
+        self,
+        agent_id: int,
+        full_method: str,
+        metadata: MetadataIn | None,
+        caller: CallerSide,
+        timeout_s: float | None,
+        find_timeout_s: float | None,
+    ) -> status_pb2.Status | None:
         outgoing = (*forwardable(metadata), (ROUTING_AGENT_ID_KEY, str(agent_id)))
         loop = asyncio.get_running_loop()
         started = loop.time()

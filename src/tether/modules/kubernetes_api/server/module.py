@@ -9,6 +9,7 @@ from tether.modshared.module import ModuleStartError
 from tether.modules.kubernetes_api.server.auth import ProxyUserAuthorizer
 from tether.modules.kubernetes_api.server.config import KubernetesApiCF
 from tether.modules.kubernetes_api.server.proxy import KubernetesApiProxy
+from tether.modules.kubernetes_api.server.usage import ProxyUsage
 
 
 class KubernetesApiServerModule:
@@ -27,8 +28,16 @@ class KubernetesApiServerModule:
         authorizer = ProxyUserAuthorizer(
             api.gitlab, config.allowed_agent_cache_ttl, config.allowed_agent_cache_error_ttl
         )
+        usage = ProxyUsage()
+        api.metrics.register(usage)
         self._proxy = KubernetesApiProxy(
-            config, api.agent_conn, authorizer, api.config.gitlab.external_url, api.rate_limiter, api.proxy_paths
+            config,
+            api.agent_conn,
+            authorizer,
+            api.config.gitlab.external_url,
+            api.rate_limiter,
+            api.proxy_paths,
+            usage,
         )
 
     async def start(self) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -39,7 +40,9 @@ from tether.modules.kubernetes_api.server.config import KubernetesApiCF
 from tether.modules.kubernetes_api.server.cors import cors_headers, is_preflight, preflight_response
 from tether.modules.kubernetes_api.server.request_head import request_header
 from tether.modules.kubernetes_api.server.status import ProxyError, status_response
+from tether.modules.kubernetes_api.server.usage import ProxyUsage
 from tether.pb.gitlab.agent.grpctool import grpctool_pb2
+from tether.tool import tracing
 from tether.tool.durations import parse_duration
 from tether.tool.http_grpc.headers import is_upgrade
 from tether.tool.http_grpc.proxy_call import ProxyCall, ResponseStreamError
@@ -47,6 +50,9 @@ from tether.tool.http_server import RELAYED_API_HEADERS, relay_server, start_sit
 from tether.tool.logs import REQUEST_ID_METADATA, bind, new_request_id
 from tether.tool.rate_limit import RateLimiter, per_minute
 from tether.tool.status import http_code
+
+if TYPE_CHECKING:
+    from tether.tool.tracing_sdk import Tracer
 
 __all__ = ["MAKE_REQUEST", "KubernetesApiProxy"]
 
@@ -91,6 +97,7 @@ class KubernetesApiProxy:
         external_url: ``gitlab.external_url`` for CORS, or None (no CORS checks).
         limiter: counts refused credentials per source address, or None.
         paths: paths under the prefix that kas answers itself (``ServerApi.proxy_paths``).
+        usage: counts authorized requests under upstream's usage names, or None.
     """
 
     def __init__(
@@ -101,7 +108,9 @@ class KubernetesApiProxy:
         external_url: str | None,
         limiter: RateLimiter | None = None,
         paths: Mapping[str, ProxyPathHandler] | None = None,
+        usage: ProxyUsage | None = None,
     ) -> None:
+        self._usage = usage
         self._config = config
         self._limiter = limiter if config.failed_auth_per_source_per_minute > 0 else None
         self._failure_limit = per_minute(max(config.failed_auth_per_source_per_minute, 1))
@@ -145,9 +154,40 @@ class KubernetesApiProxy:
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         request_id = new_request_id()
         with bind(request_id=request_id):
-            return await self._handle_bound(request, request_id)
+            tracer = tracing.TRACER
+            if tracer is None:
+                return await self._handle_bound(request, request_id, ())
+            return await self._handle_traced(tracer, request, request_id)
 
-    async def _handle_bound(self, request: web.BaseRequest, request_id: str) -> web.StreamResponse:
+    async def _handle_traced(self, tracer: Tracer, request: web.BaseRequest, request_id: str) -> web.StreamResponse:
+        """The request as a server span; a ``traceparent`` the client sent is its parent (issue 25 item 3)."""
+        span = tracer.start(
+            f"k8s_api_proxy {request.method}",
+            "server",
+            request.headers.items(),
+            {
+                "http.request.method": request.method,
+                "url.path": request.rel_url.path[:512],
+                "tether.request_id": request_id,
+            },
+        )
+        try:
+            response = await self._handle_bound(request, request_id, span.carrier())
+            span.http_status(response.status, server=True)
+            return response
+        except asyncio.CancelledError:
+            # The client went away (kubectl closes as soon as it has the body): not a failure of kas.
+            span.set("tether.client_gone", True)
+            raise
+        except BaseException as exc:
+            span.fail(repr(exc))
+            raise
+        finally:
+            span.end()
+
+    async def _handle_bound(
+        self, request: web.BaseRequest, request_id: str, trace: tuple[tuple[str, str], ...]
+    ) -> web.StreamResponse:
         cors: dict[str, str] = {}
         try:
             cors = cors_headers(request.headers, self._external_url)
@@ -156,19 +196,21 @@ class KubernetesApiProxy:
             url_path = self._strip_prefix(request.rel_url.path)
             auth, credentials = await self._authenticate(request)
             impersonation = impersonation_for(auth, credentials.access_type)
+            if self._usage is not None:
+                self._usage.record(credentials.access_type, auth.user_id, credentials.agent_id)
             if impersonation is not None and (name := carries_impersonation(request.headers.keys())):
                 raise ProxyError(
                     403,
                     f"Forbidden: {NESTED_IMPERSONATION}: the request carries {name}, but agent "
                     f"{auth.agent_id} is reached as GitLab user {auth.username!r} (access_as: user)",
                 )
-            metadata = ((REQUEST_ID_METADATA, request_id),)
+            metadata = ((REQUEST_ID_METADATA, request_id), *trace)
             with bind(agent_id=credentials.agent_id):
                 own = self._paths.get(url_path)
                 if own is not None:
                     return await own(request, credentials.agent_id, impersonation, metadata)
                 upgrade = is_upgrade(request.headers.items())
-                call = ProxyCall(request, request_header(request, url_path, impersonation), upgrade, cors)
+                call = ProxyCall(request, request_header(request, url_path, impersonation, trace), upgrade, cors)
                 return await self._forward(request, call, credentials.agent_id, metadata)
         except ProxyError as exc:
             log.debug("k8s proxy refused %s %s: %d %s", request.method, request.rel_url.path, exc.code, exc.message)
