@@ -25,7 +25,7 @@ from prometheus_client import Counter
 
 from tether.modserver.agent_conn import AgentConn
 from tether.modserver.agent_tracker import AgentTracker
-from tether.modserver.audit import STATUS_CLIENT_GONE, AuditRecord, AuditSink
+from tether.modserver.audit import AuditRecord, AuditSink
 from tether.modules.workspace_access.server.addresses import AddressBook, AddressError, WorkspaceAddress
 from tether.modules.workspace_access.server.audit import UNAUDITED_OUTCOMES, audit_credentials, audit_workspace
 from tether.modules.workspace_access.server.authorizer import AccessRefused, WorkspaceAuthorizer
@@ -114,7 +114,7 @@ class WorkspaceProxy:
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         request_id = new_request_id()
         audit = self._audit.begin("workspace", request.method, request.rel_url.path, request_id, request.remote or "")
-        status = STATUS_CLIENT_GONE
+        status: int | None = None
         try:
             with bind(request_id=request_id):
                 response, outcome = await self._answer(request, request_id, audit)
