@@ -182,6 +182,7 @@ class Outage:
         self._host, port = host_port.rsplit(":", 1)
         self._port = int(port)
         self._server: asyncio.Server | None = None
+        self._links: set[asyncio.StreamWriter] = set()
         self.port = 0
 
     async def up(self) -> None:
@@ -191,6 +192,8 @@ class Outage:
     async def down(self) -> None:
         assert self._server is not None
         self._server.close()
+        for writer in list(self._links):  # kas' kept-alive connections to the hub end too
+            writer.close()
         await self._server.wait_closed()
         self._server = None
 
@@ -208,7 +211,11 @@ class Outage:
                     await dst.drain()
             dst.close()
 
-        await asyncio.gather(copy(reader, up_writer), copy(up_reader, writer))
+        self._links.update((writer, up_writer))
+        try:
+            await asyncio.gather(copy(reader, up_writer), copy(up_reader, writer), return_exceptions=True)
+        finally:
+            self._links.difference_update((writer, up_writer))
 
 
 @contextlib.asynccontextmanager

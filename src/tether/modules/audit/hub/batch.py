@@ -87,7 +87,8 @@ def _clean(event: AuditEvent, where: str) -> AuditEvent:
         raise BatchError(f"{where}.duration_ms: {event.duration_ms} is not a duration (finite, 0 or more)")
     if not event.kind:
         raise BatchError(f"{where}.kind: must not be empty")
-    _check_int(f"{where}.agent_id", event.agent_id, 1)
+    # 0: no agent known (a request kas refused before it knew which agent it was for, e.g. without credentials).
+    _check_int(f"{where}.agent_id", event.agent_id, 0)
     _check_int(f"{where}.status", event.status, 0)
     for field in ("bytes_in", "bytes_out", "user_id", "token_id"):
         _check_int(f"{where}.{field}", getattr(event, field), 0)
@@ -134,7 +135,7 @@ def decode_batch(raw: bytes) -> tuple[list[AuditEvent], int]:
     Raises:
         BatchError: not JSON, not ``{"events": [...]}``, a field of the wrong type, more than
             :data:`MAX_EVENTS` events, an ``id`` that is not a uuid4 hex, a time outside 1970-9999, a negative
-            duration or count, an ``agent_id`` below 1, an integer beyond int64, or an empty ``kind``.
+            duration or count, an ``agent_id`` below 0, an integer beyond int64, or an empty ``kind``.
     """
     try:
         batch = _decoder.decode(raw)
