@@ -24,6 +24,7 @@ from tether.hub.api.internal_auth import KasJwtMiddleware
 from tether.hub.api.routes_agent_config import router as agent_config_router
 from tether.hub.api.routes_agent_tokens import router as agent_tokens_router
 from tether.hub.api.routes_agents import router as agents_router
+from tether.hub.api.routes_audit import router as audit_router
 from tether.hub.api.routes_audit_internal import router as audit_internal_router
 from tether.hub.api.routes_gitlab_compat import router as gitlab_compat_router
 from tether.hub.api.routes_groups import router as groups_router
@@ -44,6 +45,7 @@ from tether.hub.db.migrate import ensure_current
 from tether.hub.gitaly import GitalyServer
 from tether.hub.kas_client import client_for
 from tether.hub.secrets_file import gitaly_token
+from tether.hub.service.audit_retention import RetentionSweeper
 from tether.hub.service.revocation_outbox import RevocationSweeper
 from tether.hub.service.token_use import TokenUseWriter
 
@@ -69,8 +71,10 @@ def create_app(config: HubConfig, gitlab_secret: bytes) -> FastAPI:
         gitaly = None
         token_uses = TokenUseWriter(db)
         sweeper = None
+        audit_sweeper = RetentionSweeper(db, config.audit.retention_days)
         try:
             await ensure_current(db.engine, config.database.auto_migrate)
+            audit_sweeper.start()
             kas = client_for(config)
             if kas is not None:
                 sweeper = RevocationSweeper(db, kas, config.kas.timeout)
@@ -92,6 +96,7 @@ def create_app(config: HubConfig, gitlab_secret: bytes) -> FastAPI:
             log.info("hub ready on %s (database: %s)", config.listen, db.backend)
             yield
         finally:
+            await audit_sweeper.close()
             if sweeper is not None:
                 await sweeper.close()
             await token_uses.close()
@@ -117,6 +122,7 @@ def create_app(config: HubConfig, gitlab_secret: bytes) -> FastAPI:
         agents_router,
         agent_tokens_router,
         agent_config_router,
+        audit_router,
         audit_internal_router,  # before internal_router: its catch-all would answer 404
         workspaces_internal_router,  # before internal_router: its catch-all would answer 404
         gitlab_compat_router,

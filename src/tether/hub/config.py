@@ -47,6 +47,7 @@ ENV_OVERRIDES = {
     "TETHER_HUB_KAS_WORKSPACES_URL": "kas.workspaces_url",
     "TETHER_HUB_MAX_ACTIVE_WORKSPACES_PER_USER": "workspaces.max_active_workspaces_per_user",
     "TETHER_HUB_WORKSPACES_DEFAULT_DEVFILE_IMAGE": "workspaces.default_devfile_image",
+    "TETHER_HUB_AUDIT_RETENTION_DAYS": "audit.retention_days",
 }
 
 
@@ -226,6 +227,17 @@ class WorkspacesCF(_Section):
         return default_devfile(self.default_devfile_image)
 
 
+class AuditCF(_Section):
+    """The audit trail kas sends (issue 25 item 1; ``docs/audit.md``).
+
+    Attributes:
+        retention_days: days an audit event is kept, counted from its time; older events are deleted by a
+            sweep every replica runs each hour. 0 keeps them forever.
+    """
+
+    retention_days: int = Field(default=90, ge=0, le=36500)
+
+
 class LoggingCF(_Section):
     """Process logging level."""
 
@@ -252,6 +264,7 @@ class HubConfig(_Section):
     sessions: SessionsCF = SessionsCF()
     security: SecurityCF = SecurityCF()
     workspaces: WorkspacesCF = WorkspacesCF()
+    audit: AuditCF = AuditCF()
     logging: LoggingCF = LoggingCF()
 
     @property
