@@ -126,20 +126,23 @@ class Auditor(AuditSink):
 
     async def run(self) -> None:
         """Ship the queue and the spool until cancelled (a supervised loop of the ``audit`` module)."""
-        backoff = 0.0
+        backoff, retry_at = 0.0, 0.0
         while True:
-            await self._sleep(backoff if not self._spool.empty else self._config.flush_interval)
+            await self._sleep(self._config.flush_interval)
             await self._spool_overflow()
+            if not self._spool.empty:
+                # Until the spool is empty, new events join it: at once (a SIGKILL keeps them), and in order.
+                await self._spool_queue()
+                if time.monotonic() < retry_at:
+                    continue
             try:
-                if not self._spool.empty:
-                    # Ship the spool first, in order; until it is empty new events join it.
-                    await self._spool_queue()
-                    await self._ship_spool()
+                await self._ship_spool()
                 while self._queue:
                     await self._ship_queue()
                 backoff = 0.0
             except _Unavailable as exc:
                 backoff = min(max(backoff * 2, self._config.flush_interval), MAX_BACKOFF_S)
+                retry_at = time.monotonic() + backoff
                 log.info("audit events wait in the spool: %s; next attempt in %.0f s", exc, backoff)
                 await self._spool_queue()
 
