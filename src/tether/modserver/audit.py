@@ -14,7 +14,7 @@ import uuid
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from tether.modules.audit.protocol import AuditEvent
+    import msgspec
 
 __all__ = ["STATUS_CLIENT_GONE", "AuditRecord", "AuditSink", "ByteCounter"]
 
@@ -144,5 +144,8 @@ class AuditSink:
     def finished(self, record: AuditRecord) -> None:
         """Take a finished record; never blocks, never raises."""
 
-    def record(self, event: AuditEvent) -> None:
-        """Take a ready-made event (e.g. h-record's, with ``recording`` set); never blocks, never raises."""
+    def record(self, event: msgspec.Struct) -> None:
+        """Take a ready-made ``tether.modules.audit.protocol.AuditEvent`` (e.g. one with ``recording`` set).
+
+        Never blocks, never raises. (Typed as any msgspec Struct: this layer does not import the modules'.)
+        """
