@@ -13,10 +13,13 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Protocol
 
+from aiohttp import web
+
 if TYPE_CHECKING:
     import msgspec
 
-__all__ = ["STATUS_CLIENT_GONE", "AuditRecord", "AuditSink", "ByteCounter"]
+__all__ = ["REQUEST_KEY", "STATUS_CLIENT_GONE", "AuditRecord", "AuditSink", "ByteCounter"]
+
 
 #: Status recorded when the client went away before an answer was sent (nginx' "client closed request").
 STATUS_CLIENT_GONE = 499
@@ -149,3 +152,8 @@ class AuditSink:
 
         Never blocks, never raises. (Typed as any msgspec Struct: this layer does not import the modules'.)
         """
+
+
+#: Where an HTTP relay keeps a request's record on the aiohttp request (``request[REQUEST_KEY]``), so code deeper
+#: in the relay (e.g. a session recorder setting ``recording``) can reach it.
+REQUEST_KEY: web.RequestKey[AuditRecord] = web.RequestKey("tether_audit_record", AuditRecord)

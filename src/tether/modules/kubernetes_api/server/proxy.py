@@ -27,7 +27,7 @@ from aiohttp import web
 
 from tether.modserver.agent_conn import AgentCallError, AgentConn, AgentMethod
 from tether.modserver.api import ProxyPathHandler
-from tether.modserver.audit import AuditRecord, AuditSink
+from tether.modserver.audit import REQUEST_KEY, AuditRecord, AuditSink
 from tether.modserver.gitlab_client import ProxyUserAuthorization
 from tether.modules.kubernetes_api.rpc.impersonation import NESTED_IMPERSONATION, carries_impersonation
 from tether.modules.kubernetes_api.server.audit import (
@@ -156,6 +156,7 @@ class KubernetesApiProxy:
         request_id = new_request_id()
         path = request.rel_url.path
         audit = self._audit.begin("kubernetes_api", request.method, path, request_id, request.remote or "")
+        request[REQUEST_KEY] = audit
         response: web.StreamResponse | None = None
         try:
             with bind(request_id=request_id):
