@@ -23,7 +23,7 @@ class AuditServerFactory:
         """The module shipping events (an idle one when auditing is off: relays then keep the no-op sink).
 
         Raises:
-            OSError: the spool directory cannot be created or read (kas does not start).
+            OSError: the spool directory exists but cannot be read (kas does not start).
         """
         config = api.section(AuditCF) or AuditCF()
         if not config.enabled:

@@ -71,7 +71,7 @@ class Auditor(AuditSink):
         metrics: registry for ``tether_kas_audit_events_total`` and ``tether_kas_audit_queue_events``.
 
     Raises:
-        OSError: the spool directory cannot be created or read.
+        OSError: the spool directory exists but cannot be read.
     """
 
     enabled = True

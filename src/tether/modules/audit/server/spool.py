@@ -33,18 +33,18 @@ class Spool:
     """The segment files under ``directory`` (created if missing).
 
     Args:
-        directory: the spool directory; one kas only.
+        directory: the spool directory; one kas only. Created at the first append (a kas whose hub never fails
+            leaves nothing behind).
         max_bytes: most bytes all segments may hold together.
 
     Raises:
-        OSError: the directory cannot be created or listed.
+        OSError: the directory exists but cannot be listed.
     """
 
     def __init__(self, directory: Path, max_bytes: int) -> None:
         self.directory = directory
         self._max_bytes = max_bytes
-        directory.mkdir(parents=True, exist_ok=True)
-        self._segments = sorted(directory.glob(f"*{_SUFFIX}"), key=_sequence)
+        self._segments = sorted(directory.glob(f"*{_SUFFIX}"), key=_sequence) if directory.is_dir() else []
         self._size = sum(path.stat().st_size for path in self._segments)
         self._next = _sequence(self._segments[-1]) + 1 if self._segments else 1
         #: The segment being appended to, and its open descriptor (always the newest segment).
@@ -90,6 +90,7 @@ class Spool:
 
     def _segment_fd(self) -> int:
         if self._open is None:
+            self.directory.mkdir(parents=True, exist_ok=True)
             path = self.directory / f"{self._next:012d}{_SUFFIX}"
             self._next += 1
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
