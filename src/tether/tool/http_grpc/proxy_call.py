@@ -89,6 +89,11 @@ class ProxyCall:
         self.response: web.StreamResponse | None = None
         self.raw: RawConnection | None = None
         self.complete = False
+        #: Body and upgraded-stream bytes relayed: client -> agent, agent -> client (an audit byte counter).
+        self.bytes_in = 0
+        self.bytes_out = 0
+        #: The status of the response head sent to the client; 0 before.
+        self.status_sent = 0
 
     @property
     def extra_headers(self) -> dict[str, str]:
@@ -148,6 +153,7 @@ class ProxyCall:
                 self._body_done = True
                 return None
             if chunk:
+                self.bytes_in += len(chunk)
                 return _HttpRequest(data=_HttpRequest.Data(data=chunk))
         self._body_done = True
         return _HttpRequest(trailer=_HttpRequest.Trailer())
@@ -162,6 +168,7 @@ class ProxyCall:
                 return None
             self._pending = data
         chunk, self._pending = self._pending[:MAX_CHUNK], self._pending[MAX_CHUNK:]
+        self.bytes_in += len(chunk)
         return _HttpRequest(upgradeData=_HttpRequest.UpgradeData(data=chunk))
 
     # ---- response frames --------------------------------------------------------------------------
@@ -186,6 +193,7 @@ class ProxyCall:
             await self._start(message.header.response)
         elif kind == "data":
             assert self.response is not None
+            self.bytes_out += len(message.data.data)
             await self.response.write(message.data.data)
         elif kind == "trailer":
             self.complete = True
@@ -195,6 +203,7 @@ class ProxyCall:
         elif kind == "upgradeData":
             if self.raw is None:
                 raise ResponseStreamError("the agent sent upgrade data without switching protocols")
+            self.bytes_out += len(message.upgradeData.data)
             await self.raw.write(message.upgradeData.data)
 
     async def _start(self, head: prototool_pb2.HttpResponse) -> None:
@@ -224,6 +233,7 @@ class ProxyCall:
         except ValueError as exc:  # a header aiohttp refuses to send
             raise ResponseStreamError(f"invalid response head from the agent: {exc}") from exc
         self.response = response
+        self.status_sent = code
         if switching:
             # No await between the 101 write above and the takeover (hijack.py).
             self.raw = hijack(self._request)

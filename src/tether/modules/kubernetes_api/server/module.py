@@ -38,6 +38,7 @@ class KubernetesApiServerModule:
             api.rate_limiter,
             api.proxy_paths,
             usage,
+            audit=api.audit,
         )
 
     async def start(self) -> None:

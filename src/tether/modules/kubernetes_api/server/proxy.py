@@ -28,8 +28,15 @@ from aiohttp import web
 
 from tether.modserver.agent_conn import AgentCallError, AgentConn, AgentMethod
 from tether.modserver.api import ProxyPathHandler
+from tether.modserver.audit import REQUEST_KEY, AuditRecord, AuditSink
 from tether.modserver.gitlab_client import ProxyUserAuthorization
 from tether.modules.kubernetes_api.rpc.impersonation import NESTED_IMPERSONATION, carries_impersonation
+from tether.modules.kubernetes_api.server.audit import (
+    audit_credentials,
+    audit_identity,
+    audit_session,
+    audit_target,
+)
 from tether.modules.kubernetes_api.server.auth import (
     ProxyCredentials,
     ProxyUserAuthorizer,
@@ -98,6 +105,7 @@ class KubernetesApiProxy:
         limiter: counts refused credentials per source address, or None.
         paths: paths under the prefix that kas answers itself (``ServerApi.proxy_paths``).
         usage: counts authorized requests under upstream's usage names, or None.
+        audit: where each request is recorded, refused ones too (``ServerApi.audit``; issue 25 item 1).
     """
 
     def __init__(
@@ -109,9 +117,11 @@ class KubernetesApiProxy:
         limiter: RateLimiter | None = None,
         paths: Mapping[str, ProxyPathHandler] | None = None,
         usage: ProxyUsage | None = None,
+        audit: AuditSink | None = None,
     ) -> None:
         self._usage = usage
         self._config = config
+        self._audit = audit if audit is not None else AuditSink()
         self._limiter = limiter if config.failed_auth_per_source_per_minute > 0 else None
         self._failure_limit = per_minute(max(config.failed_auth_per_source_per_minute, 1))
         self._agents = agents
@@ -153,13 +163,24 @@ class KubernetesApiProxy:
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         request_id = new_request_id()
-        with bind(request_id=request_id):
-            tracer = tracing.TRACER
-            if tracer is None:
-                return await self._handle_bound(request, request_id, ())
-            return await self._handle_traced(tracer, request, request_id)
+        path = request.rel_url.path
+        audit = self._audit.begin("kubernetes_api", request.method, path, request_id, request.remote or "")
+        request[REQUEST_KEY] = audit
+        response: web.StreamResponse | None = None
+        try:
+            with bind(request_id=request_id):
+                tracer = tracing.TRACER
+                if tracer is None:
+                    response = await self._handle_bound(request, request_id, audit, ())
+                else:
+                    response = await self._handle_traced(tracer, request, request_id, audit)
+            return response
+        finally:
+            audit.finish(response.status if response is not None else None)
 
-    async def _handle_traced(self, tracer: Tracer, request: web.BaseRequest, request_id: str) -> web.StreamResponse:
+    async def _handle_traced(
+        self, tracer: Tracer, request: web.BaseRequest, request_id: str, audit: AuditRecord
+    ) -> web.StreamResponse:
         """The request as a server span; a ``traceparent`` the client sent is its parent (issue 25 item 3)."""
         span = tracer.start(
             f"k8s_api_proxy {request.method}",
@@ -172,7 +193,7 @@ class KubernetesApiProxy:
             },
         )
         try:
-            response = await self._handle_bound(request, request_id, span.carrier())
+            response = await self._handle_bound(request, request_id, audit, span.carrier())
             span.http_status(response.status, server=True)
             return response
         except asyncio.CancelledError:
@@ -186,18 +207,21 @@ class KubernetesApiProxy:
             span.end()
 
     async def _handle_bound(
-        self, request: web.BaseRequest, request_id: str, trace: tuple[tuple[str, str], ...]
+        self, request: web.BaseRequest, request_id: str, audit: AuditRecord, trace: tuple[tuple[str, str], ...]
     ) -> web.StreamResponse:
         cors: dict[str, str] = {}
         try:
             cors = cors_headers(request.headers, self._external_url)
             if is_preflight(request.method, request.headers):
+                audit.discard()
                 return preflight_response(request.headers, cors)
             url_path = self._strip_prefix(request.rel_url.path)
-            auth, credentials = await self._authenticate(request)
+            audit_target(audit, request.method, url_path, request.rel_url.query)
+            auth, credentials = await self._authenticate(request, audit)
             impersonation = impersonation_for(auth, credentials.access_type)
             if self._usage is not None:
                 self._usage.record(credentials.access_type, auth.user_id, credentials.agent_id)
+            audit_identity(audit, auth, impersonation)
             if impersonation is not None and (name := carries_impersonation(request.headers.keys())):
                 raise ProxyError(
                     403,
@@ -208,15 +232,19 @@ class KubernetesApiProxy:
             with bind(agent_id=credentials.agent_id):
                 own = self._paths.get(url_path)
                 if own is not None:
+                    audit_session(audit, url_path.strip("/"))
                     return await own(request, credentials.agent_id, impersonation, metadata)
                 upgrade = is_upgrade(request.headers.items())
                 call = ProxyCall(request, request_header(request, url_path, impersonation, trace), upgrade, cors)
+                audit.counter = call
                 return await self._forward(request, call, credentials.agent_id, metadata)
         except ProxyError as exc:
             log.debug("k8s proxy refused %s %s: %d %s", request.method, request.rel_url.path, exc.code, exc.message)
             return status_response(exc, cors)
 
-    async def _authenticate(self, request: web.BaseRequest) -> tuple[ProxyUserAuthorization, ProxyCredentials]:
+    async def _authenticate(
+        self, request: web.BaseRequest, audit: AuditRecord
+    ) -> tuple[ProxyUserAuthorization, ProxyCredentials]:
         """Credentials and the hub's answer; a source with too many refusals gets 429 without a hub call."""
         source = request.remote or "unknown"
         if self._limiter is not None and not await self._limiter.allows(
@@ -230,6 +258,7 @@ class KubernetesApiProxy:
             )
         try:
             credentials = credentials_from(request.headers, request.rel_url.query, request.cookies)
+            audit_credentials(audit, credentials.agent_id, credentials.access_type)
             return await self._authorizer.authorize(credentials), credentials
         except ProxyError as exc:
             if exc.code == 401 and self._limiter is not None:
