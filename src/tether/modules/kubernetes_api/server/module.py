@@ -28,7 +28,13 @@ class KubernetesApiServerModule:
             api.gitlab, config.allowed_agent_cache_ttl, config.allowed_agent_cache_error_ttl
         )
         self._proxy = KubernetesApiProxy(
-            config, api.agent_conn, authorizer, api.config.gitlab.external_url, api.rate_limiter, api.proxy_paths
+            config,
+            api.agent_conn,
+            authorizer,
+            api.config.gitlab.external_url,
+            api.rate_limiter,
+            api.proxy_paths,
+            api.gitlab,
         )
 
     async def start(self) -> None:

@@ -27,7 +27,8 @@ from aiohttp import web
 
 from tether.modserver.agent_conn import AgentCallError, AgentConn, AgentMethod
 from tether.modserver.api import ProxyPathHandler
-from tether.modserver.gitlab_client import ProxyUserAuthorization
+from tether.modserver.gitlab_client import GitlabClient, ProxyUserAuthorization
+from tether.modules.audit.recording.store import store_recording
 from tether.modules.kubernetes_api.rpc.impersonation import NESTED_IMPERSONATION, carries_impersonation
 from tether.modules.kubernetes_api.server.auth import (
     ProxyCredentials,
@@ -37,6 +38,7 @@ from tether.modules.kubernetes_api.server.auth import (
 )
 from tether.modules.kubernetes_api.server.config import KubernetesApiCF
 from tether.modules.kubernetes_api.server.cors import cors_headers, is_preflight, preflight_response
+from tether.modules.kubernetes_api.server.recording import session_recorder
 from tether.modules.kubernetes_api.server.request_head import request_header
 from tether.modules.kubernetes_api.server.status import ProxyError, status_response
 from tether.pb.gitlab.agent.grpctool import grpctool_pb2
@@ -91,6 +93,7 @@ class KubernetesApiProxy:
         external_url: ``gitlab.external_url`` for CORS, or None (no CORS checks).
         limiter: counts refused credentials per source address, or None.
         paths: paths under the prefix that kas answers itself (``ServerApi.proxy_paths``).
+        gitlab: the hub's client, where recorded sessions are stored (issue 25 item 2), or None.
     """
 
     def __init__(
@@ -101,8 +104,10 @@ class KubernetesApiProxy:
         external_url: str | None,
         limiter: RateLimiter | None = None,
         paths: Mapping[str, ProxyPathHandler] | None = None,
+        gitlab: GitlabClient | None = None,
     ) -> None:
         self._config = config
+        self._gitlab = gitlab
         self._limiter = limiter if config.failed_auth_per_source_per_minute > 0 else None
         self._failure_limit = per_minute(max(config.failed_auth_per_source_per_minute, 1))
         self._agents = agents
@@ -168,8 +173,14 @@ class KubernetesApiProxy:
                 if own is not None:
                     return await own(request, credentials.agent_id, impersonation, metadata)
                 upgrade = is_upgrade(request.headers.items())
-                call = ProxyCall(request, request_header(request, url_path, impersonation), upgrade, cors)
-                return await self._forward(request, call, credentials.agent_id, metadata)
+                recorder = session_recorder(self._config, auth, url_path, upgrade)
+                call = ProxyCall(request, request_header(request, url_path, impersonation), upgrade, cors, tap=recorder)
+                try:
+                    return await self._forward(request, call, credentials.agent_id, metadata)
+                finally:
+                    if recorder is not None and self._gitlab is not None:
+                        # The session's connection is closed by now: storing holds up nothing of it.
+                        await store_recording(self._gitlab, recorder, self._config.session_recording_store_timeout)
         except ProxyError as exc:
             log.debug("k8s proxy refused %s %s: %d %s", request.method, request.rel_url.path, exc.code, exc.message)
             return status_response(exc, cors)
