@@ -17,9 +17,11 @@ from tether.hub.db.models import Base
 #: 0004 adds the failed-authentication counts that hub replicas share (not in the fixtures' snapshot: a
 #: refused request counts there).
 REPLICA_TABLES = {"auth_failure_counts", "pending_revocations"}
-TABLES = set(ALL_TABLES) | REPLICA_TABLES
+#: 0005 adds the audit trail (issue 25).
+AUDIT_TABLES = {"audit_events"}
+TABLES = set(ALL_TABLES) | REPLICA_TABLES | AUDIT_TABLES
 #: What revision 0001 creates; 0002 adds the browser sessions.
-TABLES_0001 = TABLES - {"user_sessions", "workspaces", "workspaces_agent_configs"} - REPLICA_TABLES
+TABLES_0001 = TABLES - {"user_sessions", "workspaces", "workspaces_agent_configs"} - REPLICA_TABLES - AUDIT_TABLES
 #: 0003 adds the workspaces.
 TABLES_0002 = TABLES_0001 | {"user_sessions"}
 
@@ -133,7 +135,7 @@ async def _workspaces_step(url: str) -> None:
                 )
             )
         await migrate.upgrade(db.engine)
-        assert await migrate.current_revision(db.engine) == "0004" == migrate.head_revision()
+        assert await migrate.current_revision(db.engine) == migrate.head_revision()
         async with db.engine.connect() as conn:
             assert await conn.run_sync(_tables) == TABLES
             assert await conn.run_sync(_drift) == []

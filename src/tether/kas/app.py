@@ -62,6 +62,7 @@ def _server_api(
     metrics: CollectorRegistry,
     stopping: asyncio.Event,
     supervisor: ModuleSupervisor,
+    own_url: str,
 ) -> ServerApi:
     state, routing = services.state, services.routing
     return ServerApi(
@@ -80,6 +81,7 @@ def _server_api(
         spawn=supervisor.spawn,
         rate_limiter=state.rate_limiter,
         sections=module_sections(config),
+        kas_instance=own_url,
     )
 
 
@@ -115,7 +117,9 @@ class KasApp:
             config.observability, [self._ready_probe, self._backend_probe], self.metrics
         )
         self.listeners = GrpcListeners(config, secrets, self.services.auth, self.services.state.rate_limiter)
-        self.api = _server_api(config, self.services, self.listeners, self.metrics, self.stopping, self.supervisor)
+        self.api = _server_api(
+            config, self.services, self.listeners, self.metrics, self.stopping, self.supervisor, self.own_url
+        )
         self.modules: list[Module] = [self._token_revocation()]
         for factory in SERVER_MODULES if modules is None else modules:
             module = factory.new(self.api)
@@ -123,7 +127,8 @@ class KasApp:
                 self.modules.append(module)
         # Listeners' own handlers come after the modules' services.
         routing = self.services.routing
-        self.listeners.api.add_generic_rpc_handlers([RoutedApiHandler(routing.router, self.api.routed_methods)])
+        routed = RoutedApiHandler(routing.router, self.api.routed_methods, self.api.audit)
+        self.listeners.api.add_generic_rpc_handlers([routed])
         self.listeners.private.add_generic_rpc_handlers([PrivateApiHandler(routing.gateway)])
 
     def _token_revocation(self) -> TokenRevocationService:

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from tether.modserver.config import AgentCF, ConfigError, KasConfigBase, load_yaml
 from tether.modules.agent_configuration.config import AgentConfigurationCF
+from tether.modules.audit.server.config import AuditCF
 from tether.modules.kubernetes_api.server.config import KubernetesApiCF
 from tether.modules.workspace_access.server.config import WorkspacesCF
 
@@ -31,6 +32,7 @@ class KasConfig(KasConfigBase):
 
     agent: KasAgentCF = KasAgentCF()
     workspaces: WorkspacesCF | None = None
+    audit: AuditCF = AuditCF()
 
 
 def module_sections(config: KasConfig) -> dict[type[BaseModel], BaseModel | None]:
@@ -39,6 +41,7 @@ def module_sections(config: KasConfig) -> dict[type[BaseModel], BaseModel | None
         AgentConfigurationCF: config.agent.configuration,
         KubernetesApiCF: config.agent.kubernetes_api,
         WorkspacesCF: config.workspaces,
+        AuditCF: config.audit,
     }
 
 

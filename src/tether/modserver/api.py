@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from tether.modserver.agent_auth import AgentAuthenticator
 from tether.modserver.agent_conn import AgentConn, AgentIdFromRequest
 from tether.modserver.agent_tracker import AgentTracker
+from tether.modserver.audit import AuditSink
 from tether.modserver.config import KasConfigBase
 from tether.modserver.gitlab_client import GitlabClient
 from tether.modshared.module import Module, Spawner
@@ -90,6 +91,10 @@ class ServerApi:
         proxy_paths: paths under the Kubernetes API proxy's prefix that kas answers itself; fill with
             :meth:`register_proxy_path`.
         sections: the modules' configuration sections by model (read with :meth:`section`).
+        audit: where relays record each request (issue 25 item 1): ``audit.begin(...)`` when a request arrives,
+            ``record.finish(status)`` when it ends, or ``audit.record(event)`` for a ready-made ``AuditEvent``;
+            neither blocks nor raises. The ``audit`` module installs its sink; the base one drops records.
+        kas_instance: this kas' name in audit events (its private API URL).
     """
 
     config: KasConfigBase
@@ -110,6 +115,8 @@ class ServerApi:
     ports: dict[str, int] = field(default_factory=dict)
     proxy_paths: dict[str, ProxyPathHandler] = field(default_factory=dict)
     sections: Mapping[type[BaseModel], BaseModel | None] = field(default_factory=dict)
+    audit: AuditSink = field(default_factory=AuditSink)
+    kas_instance: str = ""
 
     def section(self, model: type[S]) -> S | None:
         """A module's own configuration section (declared in its folder), or None when the file has none.

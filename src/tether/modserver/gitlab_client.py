@@ -364,6 +364,28 @@ class GitlabClient:
         body = {"workspace": name, "dns_zone": dns_zone, "access_type": access_type, "access_key": access_key}
         return await self._post_parsed("authorize_workspace_user", body, _workspace_authorization)
 
+    async def post_audit_events(self, body: bytes) -> Any:
+        """``POST audit_events`` with an encoded ``{"events": [...]}`` batch (issue 25 item 1, the audit contract).
+
+        Returns the hub's JSON answer (``{"accepted": n, "duplicates": m}``).
+
+        Raises:
+            GitlabClientError: any status from 300 on (400: a malformed batch, nothing stored).
+            GitlabTimeout: the call took longer than the deadline.
+            aiohttp.ClientError, OSError: the hub is unreachable.
+        """
+        session = self._open_session()
+        full_path = "/api/v4/internal/kubernetes/audit_events"
+        headers = {**self._headers(None), "Content-Type": "application/json"}
+        async with (
+            self._deadline("POST", full_path),
+            session.post(self._base + full_path, headers=headers, data=body, allow_redirects=False) as resp,
+        ):
+            text = await resp.text()
+            if resp.status >= 300:
+                raise GitlabClientError(resp.status, full_path, _reason(text))
+            return json.loads(text) if text else None
+
     async def _post_parsed(self, path: str, body: Any, parse: Callable[[Any], T]) -> T:
         data = await self._request("POST", path, body=body)
         try:

@@ -1,9 +1,9 @@
-"""Audit trail (issue 25 item 1): an event for every request kas relays to an agent.
+"""The audit feature module (issue 25 item 1): an event for every request kas relays to an agent.
 
-Layout as every module: ``protocol`` holds the event kas sends and the hub stores (the contract between the two
-halves); ``server/`` is kas' half (the bounded queue, the local spool and the batch shipper to the hub). The hub's
-half (table, REST, console) lives in the hub beside the other persisted models.
+kas makes the events and ships them to the hub in batches (``server/``: the sink behind ``ServerApi.audit``, the
+bounded queue, the local spool and the batch shipper); the hub stores and serves them (``hub/``); both halves
+share :mod:`tether.modules.audit.protocol`, the contract of the three audit branches.
 """
 
-#: The module name (the kas configuration section, the hub's internal path segment).
+#: The module name (the kas configuration section).
 MODULE_NAME = "audit"

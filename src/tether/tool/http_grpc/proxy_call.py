@@ -106,6 +106,9 @@ class ProxyCall:
         self.response: web.StreamResponse | None = None
         self.raw: RawConnection | None = None
         self.complete = False
+        #: Body and upgraded-stream bytes relayed: client -> agent, agent -> client (an audit byte counter).
+        self.bytes_in = 0
+        self.bytes_out = 0
 
     @property
     def extra_headers(self) -> dict[str, str]:
@@ -165,6 +168,7 @@ class ProxyCall:
                 self._body_done = True
                 return None
             if chunk:
+                self.bytes_in += len(chunk)
                 return _HttpRequest(data=_HttpRequest.Data(data=chunk))
         self._body_done = True
         return _HttpRequest(trailer=_HttpRequest.Trailer())
@@ -181,6 +185,7 @@ class ProxyCall:
                 self._tap.client(data)
             self._pending = data
         chunk, self._pending = self._pending[:MAX_CHUNK], self._pending[MAX_CHUNK:]
+        self.bytes_in += len(chunk)
         return _HttpRequest(upgradeData=_HttpRequest.UpgradeData(data=chunk))
 
     # ---- response frames --------------------------------------------------------------------------
@@ -205,6 +210,7 @@ class ProxyCall:
             await self._start(message.header.response)
         elif kind == "data":
             assert self.response is not None
+            self.bytes_out += len(message.data.data)
             await self.response.write(message.data.data)
         elif kind == "trailer":
             self.complete = True
@@ -216,6 +222,7 @@ class ProxyCall:
                 raise ResponseStreamError("the agent sent upgrade data without switching protocols")
             if self._tap is not None:
                 self._tap.server(message.upgradeData.data)
+            self.bytes_out += len(message.upgradeData.data)
             await self.raw.write(message.upgradeData.data)
 
     async def _start(self, head: prototool_pb2.HttpResponse) -> None:

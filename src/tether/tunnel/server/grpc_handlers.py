@@ -15,6 +15,7 @@ import grpc
 from google.rpc import status_pb2
 
 from tether.modserver.agent_conn import AgentIdFromRequest
+from tether.modserver.audit import AuditRecord, AuditSink
 from tether.pb.gitlab.agent.kas import kasapp_pb2
 from tether.tool.grpc_meta import STATUS_DETAILS_KEY, Metadata, code_from_int, values_to_meta
 from tether.tool.logs import REQUEST_ID_METADATA, bind, new_request_id
@@ -73,6 +74,9 @@ class ServicerCaller:
         self._pending = list(first or [])
         self._eof = False
         self.trailer: Metadata = ()
+        #: Raw message bytes from the caller and to it (an audit record's byte counter).
+        self.bytes_in = sum(len(message) for message in self._pending)
+        self.bytes_out = 0
 
     async def read(self) -> bytes | None:
         """Next raw request message, or None after the caller's half-close."""
@@ -84,6 +88,7 @@ class ServicerCaller:
         if data is grpc.aio.EOF:
             self._eof = True
             return None
+        self.bytes_in += len(data)
         return bytes(data)
 
     async def send_header(self, meta: ValuesMap) -> None:
@@ -92,6 +97,7 @@ class ServicerCaller:
 
     async def write(self, data: bytes) -> None:
         """Send one raw response message."""
+        self.bytes_out += len(data)
         await self._context.write(data)
 
     async def set_trailer(self, meta: ValuesMap) -> None:
@@ -117,14 +123,20 @@ class RoutedApiHandler(grpc.GenericRpcHandler):
     so the hub can call every agent API as if agentk were a plain gRPC server (a Tether addition; upstream
     reaches that generic entry point only from inside kas).
 
+    Every routed call is recorded in ``audit`` (kind "grpc", the method as verb, the gRPC status code number).
+
     Args:
         router: the routing kas.
         methods: full method name to a function that reads the agent id from the first request message.
+        audit: where routed calls are recorded (``ServerApi.audit``).
     """
 
-    def __init__(self, router: Router, methods: Mapping[str, AgentIdFromRequest]) -> None:
+    def __init__(
+        self, router: Router, methods: Mapping[str, AgentIdFromRequest], audit: AuditSink | None = None
+    ) -> None:
         self._router = router
         self._methods = dict(methods)
+        self._audit = audit if audit is not None else AuditSink()
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler[Any, Any] | None:
         """Return a raw stream handler for the configured methods, None for others."""
@@ -135,29 +147,53 @@ class RoutedApiHandler(grpc.GenericRpcHandler):
             return None
 
         async def handle(_requests: Any, context: RawContext) -> None:
-            first: list[bytes] = []
-            try:
-                if agent_id_of is None:
-                    agent_id = routing_agent_id(context.invocation_metadata())
-                else:
-                    message: Any = await context.read()
-                    if message is grpc.aio.EOF:
-                        raise ValueError("request message expected")
-                    first.append(message)
-                    agent_id = agent_id_of(message)
-            except ValueError as exc:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-            caller = ServicerCaller(context, first)
-            metadata = tuple(context.invocation_metadata() or ())
+            metadata: Metadata = tuple(context.invocation_metadata() or ())
             request_id = next((str(v) for k, v in metadata if k == REQUEST_ID_METADATA), None)
             if request_id is None:
                 request_id = new_request_id()
                 metadata = (*metadata, (REQUEST_ID_METADATA, request_id))
-            with bind(request_id=request_id, agent_id=agent_id):
-                try:
-                    status = await self._router.route(agent_id, full_method, metadata, caller, context.time_remaining())
-                except RoutingError as exc:
-                    await exc.abort(context)
-                await caller.finish(status)
+            audit = self._audit.begin("grpc", full_method, full_method, request_id, context.peer() or "")
+            code = grpc.StatusCode.UNKNOWN.value[0]
+            try:
+                code = await self._handle(full_method, agent_id_of, metadata, request_id, context, audit)
+            finally:
+                audit.finish(code)
 
         return grpc.stream_stream_rpc_method_handler(handle)
+
+    async def _handle(
+        self,
+        full_method: str,
+        agent_id_of: AgentIdFromRequest | None,
+        metadata: Metadata,
+        request_id: str,
+        context: RawContext,
+        audit: AuditRecord,
+    ) -> int:
+        """Route one call; return the gRPC status code number it ends with (the call is aborted on failure)."""
+        first: list[bytes] = []
+        try:
+            if agent_id_of is None:
+                agent_id = routing_agent_id(metadata)
+            else:
+                message: Any = await context.read()
+                if message is grpc.aio.EOF:
+                    raise ValueError("request message expected")
+                first.append(message)
+                agent_id = agent_id_of(message)
+        except ValueError as exc:
+            audit.finish(grpc.StatusCode.INVALID_ARGUMENT.value[0])
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        audit.agent_id = agent_id
+        caller = ServicerCaller(context, first)
+        audit.counter = caller
+        with bind(request_id=request_id, agent_id=agent_id):
+            try:
+                status = await self._router.route(agent_id, full_method, metadata, caller, context.time_remaining())
+            except RoutingError as exc:
+                audit.finish(exc.code.value[0])
+                await exc.abort(context)
+            code = status.code if status is not None else 0
+            audit.finish(code)
+            await caller.finish(status)
+            return code

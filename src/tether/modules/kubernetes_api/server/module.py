@@ -34,6 +34,7 @@ class KubernetesApiServerModule:
             api.config.gitlab.external_url,
             api.rate_limiter,
             api.proxy_paths,
+            api.audit,
             api.gitlab,
         )
 

@@ -27,9 +27,16 @@ from aiohttp import web
 
 from tether.modserver.agent_conn import AgentCallError, AgentConn, AgentMethod
 from tether.modserver.api import ProxyPathHandler
+from tether.modserver.audit import STATUS_CLIENT_GONE, AuditRecord, AuditSink
 from tether.modserver.gitlab_client import GitlabClient, ProxyUserAuthorization
 from tether.modules.audit.recording.store import store_recording
 from tether.modules.kubernetes_api.rpc.impersonation import NESTED_IMPERSONATION, carries_impersonation
+from tether.modules.kubernetes_api.server.audit import (
+    audit_credentials,
+    audit_identity,
+    audit_session,
+    audit_target,
+)
 from tether.modules.kubernetes_api.server.auth import (
     ProxyCredentials,
     ProxyUserAuthorizer,
@@ -93,6 +100,7 @@ class KubernetesApiProxy:
         external_url: ``gitlab.external_url`` for CORS, or None (no CORS checks).
         limiter: counts refused credentials per source address, or None.
         paths: paths under the prefix that kas answers itself (``ServerApi.proxy_paths``).
+        audit: where each request is recorded, refused ones too (``ServerApi.audit``; issue 25 item 1).
         gitlab: the hub's client, where recorded sessions are stored (issue 25 item 2), or None.
     """
 
@@ -104,9 +112,11 @@ class KubernetesApiProxy:
         external_url: str | None,
         limiter: RateLimiter | None = None,
         paths: Mapping[str, ProxyPathHandler] | None = None,
+        audit: AuditSink | None = None,
         gitlab: GitlabClient | None = None,
     ) -> None:
         self._config = config
+        self._audit = audit if audit is not None else AuditSink()
         self._gitlab = gitlab
         self._limiter = limiter if config.failed_auth_per_source_per_minute > 0 else None
         self._failure_limit = per_minute(max(config.failed_auth_per_source_per_minute, 1))
@@ -149,18 +159,28 @@ class KubernetesApiProxy:
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         request_id = new_request_id()
-        with bind(request_id=request_id):
-            return await self._handle_bound(request, request_id)
+        path = request.rel_url.path
+        audit = self._audit.begin("kubernetes_api", request.method, path, request_id, request.remote or "")
+        response: web.StreamResponse | None = None
+        try:
+            with bind(request_id=request_id):
+                response = await self._handle_bound(request, request_id, audit)
+            return response
+        finally:
+            audit.finish(response.status if response is not None else STATUS_CLIENT_GONE)
 
-    async def _handle_bound(self, request: web.BaseRequest, request_id: str) -> web.StreamResponse:
+    async def _handle_bound(self, request: web.BaseRequest, request_id: str, audit: AuditRecord) -> web.StreamResponse:
         cors: dict[str, str] = {}
         try:
             cors = cors_headers(request.headers, self._external_url)
             if is_preflight(request.method, request.headers):
+                audit.discard()
                 return preflight_response(request.headers, cors)
             url_path = self._strip_prefix(request.rel_url.path)
-            auth, credentials = await self._authenticate(request)
+            audit_target(audit, request.method, url_path, request.rel_url.query)
+            auth, credentials = await self._authenticate(request, audit)
             impersonation = impersonation_for(auth, credentials.access_type)
+            audit_identity(audit, auth, impersonation)
             if impersonation is not None and (name := carries_impersonation(request.headers.keys())):
                 raise ProxyError(
                     403,
@@ -171,21 +191,29 @@ class KubernetesApiProxy:
             with bind(agent_id=credentials.agent_id):
                 own = self._paths.get(url_path)
                 if own is not None:
+                    audit_session(audit, url_path.strip("/"))
                     return await own(request, credentials.agent_id, impersonation, metadata)
                 upgrade = is_upgrade(request.headers.items())
-                recorder = session_recorder(self._config, auth, url_path, upgrade)
+                recorder = None
+                if self._gitlab is not None:
+                    recorder = session_recorder(self._config, auth, url_path, upgrade, audit.id)
                 call = ProxyCall(request, request_header(request, url_path, impersonation), upgrade, cors, tap=recorder)
+                audit.counter = call
                 try:
                     return await self._forward(request, call, credentials.agent_id, metadata)
                 finally:
                     if recorder is not None and self._gitlab is not None:
-                        # The session's connection is closed by now: storing holds up nothing of it.
-                        await store_recording(self._gitlab, recorder, self._config.session_recording_store_timeout)
+                        # The session's connection is closed by now: storing holds up nothing of it. The event
+                        # (finished by _handle after this) says whether the recording is whole.
+                        timeout_s = self._config.session_recording_store_timeout
+                        audit.recording = await store_recording(self._gitlab, recorder, timeout_s)
         except ProxyError as exc:
             log.debug("k8s proxy refused %s %s: %d %s", request.method, request.rel_url.path, exc.code, exc.message)
             return status_response(exc, cors)
 
-    async def _authenticate(self, request: web.BaseRequest) -> tuple[ProxyUserAuthorization, ProxyCredentials]:
+    async def _authenticate(
+        self, request: web.BaseRequest, audit: AuditRecord
+    ) -> tuple[ProxyUserAuthorization, ProxyCredentials]:
         """Credentials and the hub's answer; a source with too many refusals gets 429 without a hub call."""
         source = request.remote or "unknown"
         if self._limiter is not None and not await self._limiter.allows(
@@ -199,6 +227,7 @@ class KubernetesApiProxy:
             )
         try:
             credentials = credentials_from(request.headers, request.rel_url.query, request.cookies)
+            audit_credentials(audit, credentials.agent_id, credentials.access_type)
             return await self._authorizer.authorize(credentials), credentials
         except ProxyError as exc:
             if exc.code == 401 and self._limiter is not None:

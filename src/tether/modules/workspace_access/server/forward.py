@@ -23,6 +23,7 @@ from aiohttp import web
 
 from tether.modserver.agent_conn import AgentCallError, AgentConn, AgentMethod
 from tether.modserver.agent_tracker import AgentTracker
+from tether.modserver.audit import AuditRecord
 from tether.modserver.gitlab_client import WorkspaceAuthorization
 from tether.modules.workspace_access.rpc.headers import request_headers, response_headers
 from tether.modules.workspace_access.server.addresses import WorkspaceAddress
@@ -94,8 +95,12 @@ class WorkspaceForwarder:
         address: WorkspaceAddress,
         ws: WorkspaceAuthorization,
         metadata: CallMetadata,
+        audit: AuditRecord | None = None,
     ) -> web.StreamResponse:
-        """Relay ``request`` to port ``address.port`` of workspace ``ws`` and return the response sent."""
+        """Relay ``request`` to port ``address.port`` of workspace ``ws`` and return the response sent.
+
+        ``audit``, when given, counts the bytes relayed each way.
+        """
         call = ProxyCall(
             request,
             _header_frame(request, address, ws),
@@ -103,6 +108,8 @@ class WorkspaceForwarder:
             {},
             lambda headers: response_headers(headers, address.prefix),
         )
+        if audit is not None:
+            audit.counter = call
         route = asyncio.ensure_future(self._call_agent(call, ws.agent_id, metadata))
         watchdog = asyncio.ensure_future(self._watch(call, route, ws))
         try:

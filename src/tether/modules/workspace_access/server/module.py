@@ -44,6 +44,7 @@ class WorkspaceAccessServerModule:
             WorkspaceStatePage(f"{hub}/workspaces", f"{hub}/api/graphql"),
             secret,
             api.rate_limiter,
+            api.audit,
         )
 
     async def start(self) -> None:

@@ -25,7 +25,9 @@ from prometheus_client import Counter
 
 from tether.modserver.agent_conn import AgentConn
 from tether.modserver.agent_tracker import AgentTracker
+from tether.modserver.audit import STATUS_CLIENT_GONE, AuditRecord, AuditSink
 from tether.modules.workspace_access.server.addresses import AddressBook, AddressError, WorkspaceAddress
+from tether.modules.workspace_access.server.audit import UNAUDITED_OUTCOMES, audit_credentials, audit_workspace
 from tether.modules.workspace_access.server.authorizer import AccessRefused, WorkspaceAuthorizer
 from tether.modules.workspace_access.server.config import WorkspacesCF
 from tether.modules.workspace_access.server.credentials import Credentials, CredentialsError, read_credentials
@@ -64,6 +66,7 @@ class WorkspaceProxy:
         pages: the state pages.
         secret: the gitlab secret (session cookies are signed with it).
         limiter: failed-authentication limits shared through Redis, or None.
+        audit: where requests for a workspace are recorded, refused ones too (``ServerApi.audit``; issue 25).
     """
 
     def __init__(
@@ -76,8 +79,10 @@ class WorkspaceProxy:
         pages: WorkspaceStatePage,
         secret: bytes,
         limiter: RateLimiter | None = None,
+        audit: AuditSink | None = None,
     ) -> None:
         self._config = config
+        self._audit = audit if audit is not None else AuditSink()
         tls = config.listen.certificate_file is not None
         self._addresses = AddressBook(
             config.dns_zones, config.host_scheme or ("https" if tls else "http"), config.path_url
@@ -108,12 +113,22 @@ class WorkspaceProxy:
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         request_id = new_request_id()
-        with bind(request_id=request_id):
-            response, outcome = await self._answer(request, request_id)
+        audit = self._audit.begin("workspace", request.method, request.rel_url.path, request_id, request.remote or "")
+        status = STATUS_CLIENT_GONE
+        try:
+            with bind(request_id=request_id):
+                response, outcome = await self._answer(request, request_id, audit)
+            status = response.status
+            if outcome in UNAUDITED_OUTCOMES:
+                audit.discard()
+        finally:
+            audit.finish(status)
         REQUESTS.labels(outcome=outcome).inc()
         return response
 
-    async def _answer(self, request: web.BaseRequest, request_id: str) -> tuple[web.StreamResponse, str]:
+    async def _answer(
+        self, request: web.BaseRequest, request_id: str, audit: AuditRecord
+    ) -> tuple[web.StreamResponse, str]:
         try:
             address = self._addresses.parse(request.headers.getall("Host", []), request.raw_path)
         except AddressError as exc:
@@ -142,12 +157,13 @@ class WorkspaceProxy:
             if self._browser_navigation(request):
                 return self._sign_in.start(address, stale), "sign_in"
             return self._unauthorized(request, f"no credentials: {_BEARER_HINT}"), "unauthorized"
+        audit_credentials(audit, credentials, address, is_upgrade(request.headers.items()))
         if credentials.from_cookie and not _same_origin(request, address):
             # The zone's cookie goes with requests from any page of the zone: another workspace's page must not
             # reach this one in its user's name (cross-site WebSocket hijacking, CSRF).
             message = "a request from another origin may not use the workspace session; open the workspace itself"
             return error_response(request, 403, "Forbidden", message), "cross_origin"
-        return await self._authorized(request, request_id, address, credentials, source)
+        return await self._authorized(request, request_id, address, credentials, source, audit)
 
     async def _authorized(
         self,
@@ -156,6 +172,7 @@ class WorkspaceProxy:
         address: WorkspaceAddress,
         credentials: Credentials,
         source: str,
+        audit: AuditRecord,
     ) -> tuple[web.StreamResponse, str]:
         try:
             ws = await self._authorizer.authorize(address.name, address.zone, credentials)
@@ -168,6 +185,7 @@ class WorkspaceProxy:
             if exc.code == 403:
                 return error_response(request, 403, "Forbidden", exc.message), "forbidden"
             return error_response(request, exc.code, "Bad gateway", exc.message), "hub_failed"
+        audit_workspace(audit, ws)
         with bind(agent_id=ws.agent_id):
             if address.port not in ws.ports:
                 exposed = ", ".join(str(port) for port in ws.ports) or "none"
@@ -176,7 +194,7 @@ class WorkspaceProxy:
             if ws.actual_state != _RUNNING:
                 return self._pages.answer(request, ws), "not_running"
             metadata = ((REQUEST_ID_METADATA, request_id),)
-            return await self._forwarder.forward(request, address, ws, metadata), "forwarded"
+            return await self._forwarder.forward(request, address, ws, metadata, audit), "forwarded"
 
     async def _refused(self, source: str) -> None:
         if self._limiter is not None:

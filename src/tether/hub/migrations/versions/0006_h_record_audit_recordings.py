@@ -1,7 +1,7 @@
 """Recorded exec/attach sessions (issue 25 item 2): ``audit_recordings``, one asciicast per audit event id.
 
-Revision ID: 0005_h_record
-Revises: 0004
+Revision ID: 0006
+Revises: 0005
 Create Date: 2026-11-26
 """
 
@@ -12,8 +12,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0005_h_record"
-down_revision: str | None = "0004"
+revision: str = "0006"
+down_revision: str | None = "0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

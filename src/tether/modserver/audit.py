@@ -1,0 +1,140 @@
+"""The audit seam of the module API (issue 25 item 1): ``ServerApi.audit``, one record per relayed request.
+
+A hook in a relay (the Kubernetes API proxy, the workspaces listener, the routed gRPC APIs) calls
+:meth:`AuditSink.begin` when a request arrives, fills in what it learns (identity, target, the byte counter of
+its stream) and calls :meth:`AuditRecord.finish` once with the status sent. Nothing here blocks, raises or
+imports the wire format: the ``audit`` module's sink (``tether.modules.audit.server``) turns finished records
+into ``AuditEvent`` messages and ships them; this base sink, used when auditing is off, drops them.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from tether.modules.audit.protocol import AuditEvent
+
+__all__ = ["STATUS_CLIENT_GONE", "AuditRecord", "AuditSink", "ByteCounter"]
+
+#: Status recorded when the client went away before an answer was sent (nginx' "client closed request").
+STATUS_CLIENT_GONE = 499
+
+
+class ByteCounter(Protocol):
+    """A relayed stream that counts its bytes: client -> cluster (``bytes_in``), cluster -> client (``bytes_out``)."""
+
+    bytes_in: int
+    bytes_out: int
+
+
+class AuditRecord:
+    """The bookkeeping of one relayed request; the fields are ``AuditEvent``'s (``modules/audit/protocol.py``).
+
+    ``id`` (uuid4 hex) and ``time`` (unix seconds) are set when the request starts; ``counter``, when set, supplies
+    the byte counts at :meth:`finish`. ``impersonated`` None means agentk's own identity at the cluster.
+    """
+
+    __slots__ = (
+        "_sink",
+        "_started",
+        "agent_id",
+        "api_group",
+        "api_version",
+        "bytes_in",
+        "bytes_out",
+        "counter",
+        "duration_ms",
+        "id",
+        "impersonated",
+        "kind",
+        "name",
+        "namespace",
+        "path",
+        "recording",
+        "request_id",
+        "resource",
+        "source_address",
+        "status",
+        "subresource",
+        "time",
+        "token_id",
+        "token_kind",
+        "user_id",
+        "username",
+        "verb",
+    )
+
+    def __init__(self, sink: AuditSink, kind: str, verb: str, path: str, request_id: str, source_address: str) -> None:
+        self._sink: AuditSink | None = sink
+        self._started = time.monotonic()
+        self.id = uuid.uuid4().hex
+        self.time = time.time()
+        self.kind = kind
+        self.verb = verb
+        self.path = path
+        self.request_id = request_id
+        self.source_address = source_address
+        self.agent_id = 0
+        self.status = 0
+        self.duration_ms = 0.0
+        self.bytes_in = 0
+        self.bytes_out = 0
+        self.counter: ByteCounter | None = None
+        self.user_id = 0
+        self.username = ""
+        self.token_id = 0
+        self.token_kind = ""
+        self.impersonated: tuple[str, tuple[str, ...]] | None = None
+        self.api_group = ""
+        self.api_version = ""
+        self.resource = ""
+        self.subresource = ""
+        self.namespace = ""
+        self.name = ""
+        self.recording = ""
+
+    def discard(self) -> None:
+        """Drop the record: the request turned out not to be one kas relays (e.g. a CORS preflight)."""
+        self._sink = None
+
+    def finish(self, status: int) -> None:
+        """Close the record with the HTTP status sent (gRPC: the status code number) and hand it to the sink.
+
+        A second call does nothing (a hook's ``finally`` may follow an earlier finish).
+        """
+        sink, self._sink = self._sink, None
+        if sink is None:
+            return
+        self.status = status
+        self.duration_ms = (time.monotonic() - self._started) * 1000.0
+        if self.counter is not None:
+            self.bytes_in, self.bytes_out = self.counter.bytes_in, self.counter.bytes_out
+            self.counter = None
+        sink.finished(self)
+
+
+class AuditSink:
+    """Where relays send their records; this base drops them (auditing off, or a kas built without the module)."""
+
+    #: Whether records are kept (hooks may skip optional work when False).
+    enabled = False
+
+    def begin(self, kind: str, verb: str, path: str, request_id: str, source_address: str) -> AuditRecord:
+        """A new record for a request that just arrived.
+
+        Args:
+            kind: ``AuditEvent.kind`` ("kubernetes_api", "graph", "workspace", "grpc").
+            verb: the verb as far as known now (the HTTP method, or the gRPC method); hooks may refine it.
+            path: the request path without the query string (the gRPC method for "grpc").
+            request_id: kas' request id (the one in its logs and sent to agentk).
+            source_address: the client's address.
+        """
+        return AuditRecord(self, kind, verb, path, request_id, source_address)
+
+    def finished(self, record: AuditRecord) -> None:
+        """Take a finished record; never blocks, never raises."""
+
+    def record(self, event: AuditEvent) -> None:
+        """Take a ready-made event (e.g. h-record's, with ``recording`` set); never blocks, never raises."""
