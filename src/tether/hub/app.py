@@ -24,6 +24,7 @@ from tether.hub.api.internal_auth import KasJwtMiddleware
 from tether.hub.api.routes_agent_config import router as agent_config_router
 from tether.hub.api.routes_agent_tokens import router as agent_tokens_router
 from tether.hub.api.routes_agents import router as agents_router
+from tether.hub.api.routes_audit import router as audit_router
 from tether.hub.api.routes_audit_internal import router as audit_internal_router
 from tether.hub.api.routes_gitlab_compat import router as gitlab_compat_router
 from tether.hub.api.routes_groups import router as groups_router
@@ -117,6 +118,7 @@ def create_app(config: HubConfig, gitlab_secret: bytes) -> FastAPI:
         agents_router,
         agent_tokens_router,
         agent_config_router,
+        audit_router,
         audit_internal_router,  # before internal_router: its catch-all would answer 404
         workspaces_internal_router,  # before internal_router: its catch-all would answer 404
         gitlab_compat_router,
