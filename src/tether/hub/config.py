@@ -226,6 +226,17 @@ class WorkspacesCF(_Section):
         return default_devfile(self.default_devfile_image)
 
 
+class AuditRecordingsCF(_Section):
+    """Recorded exec/attach sessions kas sends (issue 25 item 2; ``docs/audit.md``).
+
+    Attributes:
+        max_bytes: largest asciicast file stored for one session; kas' larger upload gets 413 and the session's
+            audit event says its recording is incomplete.
+    """
+
+    max_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+
+
 class LoggingCF(_Section):
     """Process logging level."""
 
@@ -252,6 +263,7 @@ class HubConfig(_Section):
     sessions: SessionsCF = SessionsCF()
     security: SecurityCF = SecurityCF()
     workspaces: WorkspacesCF = WorkspacesCF()
+    audit_recordings: AuditRecordingsCF = AuditRecordingsCF()
     logging: LoggingCF = LoggingCF()
 
     @property

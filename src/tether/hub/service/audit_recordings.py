@@ -11,13 +11,10 @@ import re
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from tether.hub.db.agents import ClusterAgent
 from tether.hub.db.audit_recordings import AuditRecording
-from tether.hub.db.namespaces import Project
 from tether.hub.db.types import utcnow
 from tether.hub.errors import BadRequest, NotFound
-from tether.hub.roles import Role
-from tether.hub.service.access import project_level
+from tether.hub.service.audit_query import maintained_agent_ids
 from tether.hub.service.principal import Principal
 
 __all__ = ["EVENT_ID", "check_event_id", "readable", "store"]
@@ -70,8 +67,4 @@ async def _visible(session: AsyncSession, principal: Principal, row: AuditRecord
         return True
     if row.user_id and row.user_id == principal.user_id:
         return True
-    agent = await session.get(ClusterAgent, row.agent_id)
-    if agent is None:
-        return False
-    project = await session.get(Project, agent.project_id)
-    return project is not None and await project_level(session, principal, project) >= int(Role.MAINTAINER)
+    return row.agent_id in await maintained_agent_ids(session, principal.user_id)

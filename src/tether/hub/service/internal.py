@@ -196,12 +196,14 @@ class ProxyAuthorization:
                     "groups": [{"id": gid, "roles": roles} for gid, roles in self.groups],
                 }
             }
-        return {
+        answer: dict[str, Any] = {
             "agent": {"id": self.agent_id, "config_project": {"id": self.config_project_id}},
             "user": {"id": self.user_id, "username": self.username},
             "access_as": access_as,
-            "audit": {"record_sessions": self.record_sessions},
         }
+        if self.record_sessions:  # only then: upstream's shape otherwise
+            answer["audit"] = {"record_sessions": True}
+        return answer
 
 
 async def authorize_proxy_user(
