@@ -11,7 +11,7 @@ from tether.modserver.gitlab_client import GitlabClient, GitlabClientError
 from tether.modules.audit.protocol import RECORDING_COMPLETE, RECORDING_INCOMPLETE
 from tether.modules.audit.recording.recorder import SessionRecorder
 
-__all__ = ["DEFAULT_STORE_TIMEOUT_S", "store_recording"]
+__all__ = ["DEFAULT_STORE_TIMEOUT_S", "store_after_session", "store_recording"]
 
 log = logging.getLogger(__name__)
 
@@ -41,3 +41,24 @@ async def store_recording(gitlab: GitlabClient, recorder: SessionRecorder, timeo
         log.warning("session recording %s not stored by the hub: %r", recorder.event_id, exc)
         return RECORDING_INCOMPLETE
     return RECORDING_COMPLETE if recorder.complete else RECORDING_INCOMPLETE
+
+
+async def store_after_session(gitlab: GitlabClient, recorder: SessionRecorder, timeout_s: float) -> str:
+    """:func:`store_recording` from a request handler whose client connection just closed.
+
+    aiohttp cancels such a handler (``handler_cancellation``) as soon as it notices the closed connection, which
+    for an upgraded session is right after its end: the store would be cancelled with it. So the store runs as
+    its own task and this waits for it (at most ``timeout_s`` plus the encoding) even through a cancellation,
+    which is then requested again once the answer is known, so that the caller can still put the answer in the
+    session's audit event before it unwinds.
+    """
+    task = asyncio.ensure_future(store_recording(gitlab, recorder, timeout_s))
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled and (current := asyncio.current_task()) is not None:
+        current.cancel()
+    return task.result()
