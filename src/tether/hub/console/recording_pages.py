@@ -14,10 +14,15 @@ from fastapi.responses import HTMLResponse, Response
 
 from tether.hub.api.routes_audit_recordings import ASCIICAST_TYPE, COMPLETE_HEADER
 from tether.hub.api.state import hub_state
-from tether.hub.console.web import ConsoleUser, console_user, render
+from tether.hub.console.web import PAGE_HEADERS, ConsoleUser, console_user, render
 from tether.hub.service import audit_recordings
 
 router = APIRouter(include_in_schema=False)
+#: The console's policy plus ``'wasm-unsafe-eval'``: asciinema-player's terminal emulator is WebAssembly, whose
+#: compilation CSP counts as eval. It allows compiling WebAssembly only, not JavaScript ``eval``.
+PLAYER_POLICY = PAGE_HEADERS["Content-Security-Policy"].replace(
+    "script-src 'self'", "script-src 'self' 'wasm-unsafe-eval'"
+)
 User_ = Annotated[ConsoleUser, Depends(console_user)]
 
 
@@ -28,7 +33,11 @@ async def recording_page(request: Request, user: User_, event_id: str) -> HTMLRe
     async with state.db.transaction() as session:
         row = await audit_recordings.readable(session, user.principal, event_id)
         complete, size, stored_at = row.complete, row.size, row.stored_at
-    return render(request, "recording.html", user, event_id=event_id, complete=complete, size=size, stored_at=stored_at)
+    page = render(
+        request, "recording.html", user, event_id=event_id, complete=complete, size=size, stored_at=stored_at
+    )
+    page.headers["Content-Security-Policy"] = PLAYER_POLICY
+    return page
 
 
 @router.get("/-/audit/{event_id}/recording.cast")
