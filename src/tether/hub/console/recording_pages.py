@@ -33,9 +33,7 @@ async def recording_page(request: Request, user: User_, event_id: str) -> HTMLRe
     async with state.db.transaction() as session:
         row = await audit_recordings.readable(session, user.principal, event_id)
         complete, size, stored_at = row.complete, row.size, row.stored_at
-    page = render(
-        request, "recording.html", user, event_id=event_id, complete=complete, size=size, stored_at=stored_at
-    )
+    page = render(request, "recording.html", user, event_id=event_id, complete=complete, size=size, stored_at=stored_at)
     page.headers["Content-Security-Policy"] = PLAYER_POLICY
     return page
 
