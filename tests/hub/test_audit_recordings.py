@@ -74,6 +74,9 @@ def test_recording_is_replayed_by_its_user_maintainers_and_admins_only(hub: Real
             assert page.status_code == status, name
             if status == 200:
                 assert "asciinema-player.min.js" in page.text and "incomplete" not in page.text
+                # WebAssembly for the player's terminal, and nothing more: no JavaScript eval, no inline script.
+                policy = page.headers["content-security-policy"]
+                assert "script-src 'self' 'wasm-unsafe-eval';" in policy and "'unsafe-eval'" not in policy
 
 
 def test_second_put_replaces_and_says_incomplete(hub: RealHub, setup: Setup) -> None:
