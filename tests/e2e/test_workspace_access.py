@@ -32,6 +32,7 @@ from tests.fixtures.secrets_in_logs import remember_secret
 from tests.fixtures.system import KasProc, System
 from tests.hub.workspace_helpers import RD_CONFIG, UPDATE, deployment, graphql, info, reconcile, workspace_setup
 from tests.hub.workspace_helpers import create as create_workspace
+from tests.support.polling import poll_sync
 from tests.support.workspace_access import (
     DEVFILE,
     ZONE,
@@ -688,3 +689,37 @@ async def test_a_client_that_stops_reading_stalls_the_workspace_not_kas_memory(c
         assert received == total
     finally:
         writer.close()
+
+
+# ---- the audit trail (issue 25 item 1) ----------------------------------------------------------------------
+
+
+async def test_requests_for_a_workspace_are_audited_refused_ones_too(connected: Env) -> None:
+    env = connected
+    hub = env.system.hub
+    async with browser() as client:
+        async with client.get(env.host_url("/"), headers=env.owner_auth) as response:
+            assert response.status == 200
+            await response.read()
+        async with client.get(env.host_url("/"), headers={"Authorization": f"Bearer {env.other[1]}"}) as response:
+            assert response.status == 403
+        async with client.get(env.host_url("/")) as response:
+            assert response.status == 401
+
+    def rows() -> list[dict[str, Any]]:
+        return hub.db.rows("SELECT * FROM audit_events WHERE kind = 'workspace' AND name = :n", n=env.name)
+
+    poll_sync(lambda: len(rows()) >= 3, "three workspace events at the hub", 30)
+    by_status = {row["status"]: row for row in rows()}
+    owner = by_status[200]
+    assert (owner["user_id"], owner["agent_id"], owner["namespace"]) == (env.owner[0], env.agent_id, env.namespace)
+    assert (owner["verb"], owner["path"], owner["token_kind"], owner["resource"]) == (
+        "GET",
+        "/",
+        "personal_access",
+        "workspaces",
+    )
+    assert owner["bytes_out"] > 0 and owner["kas_instance"] == env.kas.private_url
+    # Refused: the hub said no (no user known to kas), and no credentials at all.
+    assert (by_status[403]["user_id"], by_status[403]["token_kind"]) == (0, "personal_access")
+    assert (by_status[401]["user_id"], by_status[401]["token_kind"]) == (0, "")

@@ -69,7 +69,7 @@ def test_a_malformed_batch_is_refused_whole_with_the_field_named(hub: RealHub) -
         ),
         "missing field": (json.dumps({"events": [{k: v for k, v in good.items() if k != "verb"}]}).encode(), "verb"),
         "bad id": (json.dumps({"events": [good, event(1, id="../../x")]}).encode(), "$.events[1].id"),
-        "no agent": (json.dumps({"events": [event(0)]}).encode(), "$.events[0].agent_id"),
+        "negative agent": (json.dumps({"events": [event(-1)]}).encode(), "$.events[0].agent_id"),
         "negative bytes": (json.dumps({"events": [event(1, bytes_in=-1)]}).encode(), "bytes_in"),
         "beyond int64": (json.dumps({"events": [event(1, user_id=2**64)]}).encode(), "user_id"),
         "time before 1970": (json.dumps({"events": [event(1, time=-5.0)]}).encode(), "$.events[0].time"),

@@ -107,7 +107,7 @@ def test_bad_puts_are_refused_and_store_nothing(hub: RealHub, setup: Setup) -> N
 
 
 def test_recording_over_the_cap_gets_413(hub_launcher: HubLauncher) -> None:
-    hub = hub_launcher.launch({"audit_recordings": {"max_bytes": 2048}})
+    hub = hub_launcher.launch({"audit": {"recording_max_bytes": 2048}})
     event_id = uuid.uuid4().hex
     response = put_recording(hub, event_id, CAST + b'[0.2, "o", "' + b"x" * 4096 + b'"]\n', agent_id=1, user_id=0)
     assert response.status_code == 413, response.text

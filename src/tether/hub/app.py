@@ -47,6 +47,7 @@ from tether.hub.db.migrate import ensure_current
 from tether.hub.gitaly import GitalyServer
 from tether.hub.kas_client import client_for
 from tether.hub.secrets_file import gitaly_token
+from tether.hub.service.audit_retention import RetentionSweeper
 from tether.hub.service.revocation_outbox import RevocationSweeper
 from tether.hub.service.token_use import TokenUseWriter
 
@@ -72,8 +73,10 @@ def create_app(config: HubConfig, gitlab_secret: bytes) -> FastAPI:
         gitaly = None
         token_uses = TokenUseWriter(db)
         sweeper = None
+        audit_sweeper = RetentionSweeper(db, config.audit.retention_days)
         try:
             await ensure_current(db.engine, config.database.auto_migrate)
+            audit_sweeper.start()
             kas = client_for(config)
             if kas is not None:
                 sweeper = RevocationSweeper(db, kas, config.kas.timeout)
@@ -95,6 +98,7 @@ def create_app(config: HubConfig, gitlab_secret: bytes) -> FastAPI:
             log.info("hub ready on %s (database: %s)", config.listen, db.backend)
             yield
         finally:
+            await audit_sweeper.close()
             if sweeper is not None:
                 await sweeper.close()
             await token_uses.close()

@@ -47,6 +47,7 @@ ENV_OVERRIDES = {
     "TETHER_HUB_KAS_WORKSPACES_URL": "kas.workspaces_url",
     "TETHER_HUB_MAX_ACTIVE_WORKSPACES_PER_USER": "workspaces.max_active_workspaces_per_user",
     "TETHER_HUB_WORKSPACES_DEFAULT_DEVFILE_IMAGE": "workspaces.default_devfile_image",
+    "TETHER_HUB_AUDIT_RETENTION_DAYS": "audit.retention_days",
 }
 
 
@@ -226,15 +227,18 @@ class WorkspacesCF(_Section):
         return default_devfile(self.default_devfile_image)
 
 
-class AuditRecordingsCF(_Section):
-    """Recorded exec/attach sessions kas sends (issue 25 item 2; ``docs/audit.md``).
+class AuditCF(_Section):
+    """The audit trail kas sends (issue 25 item 1; ``docs/audit.md``).
 
     Attributes:
-        max_bytes: largest asciicast file stored for one session; kas' larger upload gets 413 and the session's
-            audit event says its recording is incomplete.
+        retention_days: days an audit event is kept, counted from its time; older events are deleted by a
+            sweep every replica runs each hour. 0 keeps them forever.
+        recording_max_bytes: largest asciicast file stored for one recorded exec/attach session (issue 25
+            item 2); kas' larger upload gets 413 and the session's audit event says its recording is incomplete.
     """
 
-    max_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+    retention_days: int = Field(default=90, ge=0, le=36500)
+    recording_max_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
 
 
 class LoggingCF(_Section):
@@ -263,7 +267,7 @@ class HubConfig(_Section):
     sessions: SessionsCF = SessionsCF()
     security: SecurityCF = SecurityCF()
     workspaces: WorkspacesCF = WorkspacesCF()
-    audit_recordings: AuditRecordingsCF = AuditRecordingsCF()
+    audit: AuditCF = AuditCF()
     logging: LoggingCF = LoggingCF()
 
     @property

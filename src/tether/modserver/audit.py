@@ -23,10 +23,14 @@ STATUS_CLIENT_GONE = 499
 
 
 class ByteCounter(Protocol):
-    """A relayed stream that counts its bytes: client -> cluster (``bytes_in``), cluster -> client (``bytes_out``)."""
+    """A relayed stream that counts its bytes: client -> cluster (``bytes_in``), cluster -> client (``bytes_out``).
+
+    ``status_sent`` is the status of the response head sent to the client, 0 before one was sent.
+    """
 
     bytes_in: int
     bytes_out: int
+    status_sent: int
 
 
 class AuditRecord:
@@ -99,14 +103,18 @@ class AuditRecord:
         """Drop the record: the request turned out not to be one kas relays (e.g. a CORS preflight)."""
         self._sink = None
 
-    def finish(self, status: int) -> None:
+    def finish(self, status: int | None) -> None:
         """Close the record with the HTTP status sent (gRPC: the status code number) and hand it to the sink.
 
-        A second call does nothing (a hook's ``finally`` may follow an earlier finish).
+        ``None``: the handler ended without an answer (the client went away, e.g. at the end of an upgraded
+        stream): the status of the head the counter sent, else :data:`STATUS_CLIENT_GONE`. A second call does
+        nothing (a hook's ``finally`` may follow an earlier finish).
         """
         sink, self._sink = self._sink, None
         if sink is None:
             return
+        if status is None:
+            status = (self.counter.status_sent if self.counter is not None else 0) or STATUS_CLIENT_GONE
         self.status = status
         self.duration_ms = (time.monotonic() - self._started) * 1000.0
         if self.counter is not None:

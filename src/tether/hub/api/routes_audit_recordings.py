@@ -3,7 +3,7 @@
 * ``PUT /api/v4/internal/kubernetes/audit_events/{id}/recording`` (kas JWT, AUDIT_CONTRACT.md): the body is the
   asciicast v2 file (``Content-Type: application/x-asciicast``), ``Tether-Recording-Complete: true|false``,
   ``Tether-Agent-Id`` and ``Tether-User-Id`` (Tether additions: who may replay it, known before the event
-  arrives); 204. A second ``PUT`` of the same id replaces the file. A body over ``audit_recordings.max_bytes``
+  arrives); 204. A second ``PUT`` of the same id replaces the file. A body over ``audit.recording_max_bytes``
   gets 413 before it is read whole; a malformed id or header 400; nothing is stored then.
 * ``GET /api/v4/audit_events/{id}/recording``: the file, with the visibility of audit events
   (:mod:`tether.hub.service.audit_recordings`); 404 for a recording the caller may not see, as for none.
@@ -36,7 +36,7 @@ router = APIRouter(tags=["audit events"])
 
 
 class RecordingTooLarge(HubError):
-    """413: the recording is over ``audit_recordings.max_bytes``."""
+    """413: the recording is over ``audit.recording_max_bytes``."""
 
     status = 413
 
@@ -73,14 +73,14 @@ async def put_recording(
 
     Raises:
         BadRequest: a malformed id, ``Tether-Recording-Complete`` not ``true``/``false``, or malformed ids.
-        RecordingTooLarge: the body is over ``audit_recordings.max_bytes``.
+        RecordingTooLarge: the body is over ``audit.recording_max_bytes``.
     """
     audit_recordings.check_event_id(event_id)
     if complete not in ("true", "false"):
         raise BadRequest.field(COMPLETE_HEADER, "must be true or false")
     agent = _id_header(agent_id, "Tether-Agent-Id")
     user = _id_header(user_id, "Tether-User-Id")
-    content = await _body(request, state.config.audit_recordings.max_bytes)
+    content = await _body(request, state.config.audit.recording_max_bytes)
     async with state.db.transaction() as session:
         await audit_recordings.store(session, event_id, agent, user, complete == "true", content)
     return Response(status_code=204)

@@ -4,23 +4,70 @@ Idempotent by event id: kas resends a batch whose answer it did not get (a timeo
 after a crash), and an event already stored is counted as a duplicate, not stored twice. One statement per
 batch, ``INSERT ... ON CONFLICT (event_id) DO NOTHING RETURNING event_id``, on PostgreSQL and SQLite alike, so
 two hub replicas taking the same batch at once still store each event once.
+
+On PostgreSQL the batch goes as one array per column (``INSERT ... SELECT * FROM unnest($1::text[], ...)``)
+through asyncpg, inside the session's transaction: SQLAlchemy's per-row parameter handling cost more than the
+database's work (profile of ``bench/audit_hub.py``, docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
+from operator import attrgetter
 from typing import Any, cast
 
+import msgspec
 from sqlalchemy import Table
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from tether.hub.db.audit import AuditEventRow
 from tether.hub.db.types import utcnow
-from tether.modules.audit.protocol import AuditEvent
+from tether.modules.audit.protocol import AuditEvent, ClusterIdentity
 
 _TABLE = cast(Table, AuditEventRow.__table__)
+#: The columns an event gives as they are (column = :class:`AuditEvent` field), with their PostgreSQL types.
+_PG_PLAIN = {
+    "kind": "text",
+    "agent_id": "int8",
+    "kas_instance": "text",
+    "verb": "text",
+    "status": "int4",
+    "duration_ms": "float8",
+    "bytes_in": "int8",
+    "bytes_out": "int8",
+    "user_id": "int8",
+    "username": "text",
+    "token_id": "int8",
+    "token_kind": "text",
+    "api_group": "text",
+    "api_version": "text",
+    "resource": "text",
+    "subresource": "text",
+    "namespace": "text",
+    "name": "text",
+    "path": "text",
+    "request_id": "text",
+    "source_address": "text",
+    "recording": "text",
+}
+#: Every array parameter: the event id, its time as unix seconds, the flattened identity, then the plain ones.
+_PG_ARRAYS = {
+    "event_id": "text",
+    "time": "float8",
+    "identity_kind": "text",
+    "identity_user": "text",
+    "identity_groups": "text",
+    **_PG_PLAIN,
+}
+_PG_INSERT = (
+    f"INSERT INTO audit_events (received_at, {', '.join(_PG_ARRAYS)}) "
+    f"SELECT now(), u.event_id, to_timestamp(u.time), {', '.join(f'u.{c}' for c in list(_PG_ARRAYS)[2:])} "
+    f"FROM unnest({', '.join(f'${i}::{t}[]' for i, t in enumerate(_PG_ARRAYS.values(), 1))}) "
+    f"AS u({', '.join(_PG_ARRAYS)}) "
+    "ON CONFLICT (event_id) DO NOTHING RETURNING event_id"
+)
+_encode = msgspec.json.Encoder().encode
 
 
 def _row(event: AuditEvent, now: datetime) -> dict[str, Any]:
@@ -43,7 +90,7 @@ def _row(event: AuditEvent, now: datetime) -> dict[str, Any]:
         "token_kind": event.token_kind,
         "identity_kind": identity.kind if identity else "",
         "identity_user": identity.user if identity else "",
-        "identity_groups": json.dumps(identity.groups) if identity and identity.groups else "",
+        "identity_groups": _groups(identity),
         "api_group": event.api_group,
         "api_version": event.api_version,
         "resource": event.resource,
@@ -69,10 +116,31 @@ async def store(session: AsyncSession, events: list[AuditEvent]) -> int:
     """
     if not events:
         return 0
+    if session.get_bind().dialect.name == "postgresql":
+        return await _store_postgresql(session, events)
     now = utcnow()
     rows = [_row(event, now) for event in events]
-    dialect = session.get_bind().dialect.name
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    statement = insert(_TABLE).on_conflict_do_nothing(index_elements=["event_id"]).returning(_TABLE.c.event_id)
+    statement = sqlite.insert(_TABLE).on_conflict_do_nothing(index_elements=["event_id"]).returning(_TABLE.c.event_id)
     result = await session.execute(statement, rows)
     return len(result.all())
+
+
+def _groups(identity: ClusterIdentity | None) -> str:
+    return _encode(identity.groups).decode() if identity and identity.groups else ""
+
+
+async def _store_postgresql(session: AsyncSession, events: list[AuditEvent]) -> int:
+    # Column by column with C-level attrgetter: no row dicts, and PostgreSQL makes the timestamps.
+    identities = [event.cluster_identity for event in events]
+    columns = [
+        list(map(attrgetter("id"), events)),
+        list(map(attrgetter("time"), events)),
+        [identity.kind if identity else "" for identity in identities],
+        [identity.user if identity else "" for identity in identities],
+        list(map(_groups, identities)),
+        *(list(map(attrgetter(name), events)) for name in _PG_PLAIN),
+    ]
+    connection = await session.connection()  # begins the session's transaction on its asyncpg connection
+    raw = await connection.get_raw_connection()
+    stored = await raw.driver_connection.fetch(_PG_INSERT, *columns)  # type: ignore[union-attr]
+    return len(stored)

@@ -39,7 +39,8 @@ class PodsServicer(rpc_pb2_grpc.PodsServicer):
     ) -> rpc_pb2.GetPodsResponse:
         """The pods of agent ``request.agent_id``'s cluster, as the agent lists them.
 
-        The caller's deadline bounds the whole call (and the wait for the agent); its metadata, with a request
+        Each call is recorded in ``ServerApi.audit`` (kind "grpc"; issue 25 item 1). The caller's deadline bounds
+        the whole call (and the wait for the agent); its metadata, with a request
         id added when it has none, travels to agentk.
 
         Raises:
@@ -54,9 +55,14 @@ class PodsServicer(rpc_pb2_grpc.PodsServicer):
         if request_id is None:
             request_id = new_request_id()
             metadata = (*metadata, (REQUEST_ID_METADATA, request_id))
+        audit = self._api.audit.begin(
+            "grpc", GET_PODS.full_method, GET_PODS.full_method, str(request_id), context.peer()
+        )
+        audit.agent_id, audit.bytes_in = request.agent_id, request.ByteSize()
+        code = grpc.StatusCode.CANCELLED
         with bind(request_id=request_id, agent_id=request.agent_id):
             try:
-                return await unary(
+                response = await unary(
                     self._api.agent_conn,
                     request.agent_id,
                     GET_PODS,
@@ -64,8 +70,13 @@ class PodsServicer(rpc_pb2_grpc.PodsServicer):
                     timeout_s=context.time_remaining(),
                     metadata=metadata,
                 )
+                code, audit.bytes_out = grpc.StatusCode.OK, response.ByteSize()
+                return response
             except AgentCallError as exc:
+                code = exc.code
                 await exc.abort(context)
+            finally:
+                audit.finish(code.value[0])
 
 
 class PodsServerFactory:

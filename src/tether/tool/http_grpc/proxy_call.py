@@ -109,6 +109,8 @@ class ProxyCall:
         #: Body and upgraded-stream bytes relayed: client -> agent, agent -> client (an audit byte counter).
         self.bytes_in = 0
         self.bytes_out = 0
+        #: The status of the response head sent to the client; 0 before.
+        self.status_sent = 0
 
     @property
     def extra_headers(self) -> dict[str, str]:
@@ -252,6 +254,7 @@ class ProxyCall:
         except ValueError as exc:  # a header aiohttp refuses to send
             raise ResponseStreamError(f"invalid response head from the agent: {exc}") from exc
         self.response = response
+        self.status_sent = code
         if switching:
             # No await between the 101 write above and the takeover (hijack.py).
             self.raw = hijack(self._request)

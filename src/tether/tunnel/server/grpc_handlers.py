@@ -77,6 +77,7 @@ class ServicerCaller:
         #: Raw message bytes from the caller and to it (an audit record's byte counter).
         self.bytes_in = sum(len(message) for message in self._pending)
         self.bytes_out = 0
+        self.status_sent = 0  # the call's status is known at its end only
 
     async def read(self) -> bytes | None:
         """Next raw request message, or None after the caller's half-close."""

@@ -63,22 +63,23 @@ class Batch(msgspec.Struct):
     events: list[AuditEvent]
 
 
-def _text(value: str, limit: int) -> str:
-    if "\x00" in value:
-        value = value.replace("\x00", "\ufffd")
-    try:
-        value.encode()
-    except UnicodeEncodeError:  # a lone surrogate, which JSON's \ud800 escape can carry
-        value = _SURROGATE.sub("\ufffd", value)
-    return value[:limit]
+def _text(value: str, limit: int, scrub: bool) -> str:
+    if scrub:
+        if "\x00" in value:
+            value = value.replace("\x00", "\ufffd")
+        try:
+            value.encode()
+        except UnicodeEncodeError:  # a lone surrogate, which JSON's \ud800 escape can carry
+            value = _SURROGATE.sub("\ufffd", value)
+    return value if len(value) <= limit else value[:limit]
 
 
-def _check_int(where: str, value: int, low: int) -> None:
-    if not low <= value <= _INT64_MAX:
-        raise BatchError(f"{where}: {value} is out of range ({low}..{_INT64_MAX})")
+def _out_of_range(field: str, value: int, low: int) -> BatchError:
+    return BatchError(f"{field}: {value} is out of range ({low}..{_INT64_MAX})")
 
 
-def _clean(event: AuditEvent, where: str) -> AuditEvent:
+def _check(event: AuditEvent, index: int) -> None:
+    where = f"$.events[{index}]"  # cheap next to the checks; kept for the messages
     if not _ID.fullmatch(event.id):
         raise BatchError(f"{where}.id: {event.id[:64]!r} is not 32 lowercase hex digits (a uuid4 hex)")
     if not (math.isfinite(event.time) and 0 < event.time <= _MAX_TIME):
@@ -87,22 +88,29 @@ def _clean(event: AuditEvent, where: str) -> AuditEvent:
         raise BatchError(f"{where}.duration_ms: {event.duration_ms} is not a duration (finite, 0 or more)")
     if not event.kind:
         raise BatchError(f"{where}.kind: must not be empty")
-    _check_int(f"{where}.agent_id", event.agent_id, 1)
-    _check_int(f"{where}.status", event.status, 0)
-    for field in ("bytes_in", "bytes_out", "user_id", "token_id"):
-        _check_int(f"{where}.{field}", getattr(event, field), 0)
+    for field in ("agent_id", "status", "bytes_in", "bytes_out", "user_id", "token_id"):
+        if not 0 <= (value := getattr(event, field)) <= _INT64_MAX:
+            raise _out_of_range(f"{where}.{field}", value, 0)
+
+
+def _clean(event: AuditEvent, index: int, scrub: bool) -> AuditEvent:
+    """``event`` checked (:class:`BatchError`) and with storable text; ``scrub``: look for NUL and surrogates."""
+    _check(event, index)
     changes: dict[str, object] = {}
     for field, limit in TEXT_LIMITS.items():
         value = getattr(event, field)
-        if (cleaned := _text(value, limit)) != value:
+        if (scrub or len(value) > limit) and (cleaned := _text(value, limit, scrub)) != value:
             changes[field] = cleaned
     identity = event.cluster_identity
     if identity is not None:
-        changes["cluster_identity"] = ClusterIdentity(
-            kind=_text(identity.kind, 32),
-            user=_text(identity.user, _IDENTITY_LIMIT),
-            groups=[_text(group, _GROUP_LIMIT) for group in identity.groups[:MAX_GROUPS]],
+        groups = identity.groups[:MAX_GROUPS]
+        cleaned_identity = ClusterIdentity(
+            kind=_text(identity.kind, 32, scrub),
+            user=_text(identity.user, _IDENTITY_LIMIT, scrub),
+            groups=[_text(group, _GROUP_LIMIT, scrub) for group in groups],
         )
+        if cleaned_identity != identity:
+            changes["cluster_identity"] = cleaned_identity
     return msgspec.structs.replace(event, **changes) if changes else event
 
 
@@ -134,20 +142,24 @@ def decode_batch(raw: bytes) -> tuple[list[AuditEvent], int]:
     Raises:
         BatchError: not JSON, not ``{"events": [...]}``, a field of the wrong type, more than
             :data:`MAX_EVENTS` events, an ``id`` that is not a uuid4 hex, a time outside 1970-9999, a negative
-            duration or count, an ``agent_id`` below 1, an integer beyond int64, or an empty ``kind``.
+            duration or count, an integer below 0 or beyond int64, or an empty ``kind``. ``agent_id`` 0 means
+            no agent known (a request kas refused before it knew the agent, e.g. one without credentials).
     """
+    # A NUL or a lone surrogate reaches a string only through a JSON escape (raw control characters and
+    # invalid UTF-8 are refused), and msgspec refuses lone surrogate escapes: only these bodies need scrubbing.
+    scrub = b"\\u0000" in raw
     try:
         batch = _decoder.decode(raw)
     except msgspec.ValidationError as exc:
         raise BatchError(f"malformed batch: {exc}") from None
     except msgspec.DecodeError as exc:
-        batch = _decode_lenient(raw, exc)
+        batch, scrub = _decode_lenient(raw, exc), True
     if len(batch.events) > MAX_EVENTS:
         raise BatchError(f"$.events: {len(batch.events)} events, at most {MAX_EVENTS} in one batch")
     seen: set[str] = set()
     events = []
     for index, event in enumerate(batch.events):
-        cleaned = _clean(event, f"$.events[{index}]")
+        cleaned = _clean(event, index, scrub)
         if cleaned.id not in seen:
             seen.add(cleaned.id)
             events.append(cleaned)

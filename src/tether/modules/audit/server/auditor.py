@@ -8,8 +8,9 @@ task, :meth:`Auditor.run`, sends the queue to the hub in batches of ``batch_max_
 the task retries its oldest segment with the same event ids (the hub stores each id once), backing off up to
 :data:`MAX_BACKOFF_S`. Events beyond ``queue_max_events`` also go to the spool, written by the task at once; a
 spool at ``spool_max_bytes`` drops them, counted (``tether_kas_audit_events_total{outcome="dropped"}``) and
-logged. A batch the hub refuses as malformed (400, 413, 422) is dropped the same way: sending it again cannot
-succeed. The spool is read on start, so events survive a kas restart, SIGKILL included.
+logged. A batch the hub refuses as malformed (400, 413, 422) is halved until the refused events are alone, and
+those are dropped the same way: sending them again cannot succeed. The spool is read on start, so events
+survive a kas restart, SIGKILL included.
 """
 
 from __future__ import annotations
@@ -125,20 +126,23 @@ class Auditor(AuditSink):
 
     async def run(self) -> None:
         """Ship the queue and the spool until cancelled (a supervised loop of the ``audit`` module)."""
-        backoff = 0.0
+        backoff, retry_at = 0.0, 0.0
         while True:
-            await self._sleep(backoff if not self._spool.empty else self._config.flush_interval)
+            await self._sleep(self._config.flush_interval)
             await self._spool_overflow()
+            if not self._spool.empty:
+                # Until the spool is empty, new events join it: at once (a SIGKILL keeps them), and in order.
+                await self._spool_queue()
+                if time.monotonic() < retry_at:
+                    continue
             try:
-                if not self._spool.empty:
-                    # Ship the spool first, in order; until it is empty new events join it.
-                    await self._spool_queue()
-                    await self._ship_spool()
+                await self._ship_spool()
                 while self._queue:
                     await self._ship_queue()
                 backoff = 0.0
             except _Unavailable as exc:
                 backoff = min(max(backoff * 2, self._config.flush_interval), MAX_BACKOFF_S)
+                retry_at = time.monotonic() + backoff
                 log.info("audit events wait in the spool: %s; next attempt in %.0f s", exc, backoff)
                 await self._spool_queue()
 
@@ -188,10 +192,17 @@ class Auditor(AuditSink):
         try:
             await self._gitlab.post_audit_events(body)
         except GitlabClientError as exc:
-            if exc.status_code in _REFUSED:
-                self._drop(len(lines), f"the hub refused a batch: HTTP {exc.status_code} {exc}")
+            if exc.status_code not in _REFUSED:
+                raise _Unavailable(f"the hub answered HTTP {exc.status_code}") from exc
+            if len(lines) == 1:
+                self._drop(1, f"the hub refused an event: HTTP {exc.status_code} {exc}")
                 return
-            raise _Unavailable(f"the hub answered HTTP {exc.status_code}") from exc
+            # The hub stores a batch whole or not at all: halve it until the refused events are alone, so one
+            # event the hub cannot take does not cost the others.
+            half = len(lines) // 2
+            await self._post_one(lines[:half])
+            await self._post_one(lines[half:])
+            return
         except GitlabTimeout as exc:
             raise _Unavailable(str(exc)) from exc
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:

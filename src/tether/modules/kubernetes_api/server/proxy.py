@@ -27,7 +27,7 @@ from aiohttp import web
 
 from tether.modserver.agent_conn import AgentCallError, AgentConn, AgentMethod
 from tether.modserver.api import ProxyPathHandler
-from tether.modserver.audit import STATUS_CLIENT_GONE, AuditRecord, AuditSink
+from tether.modserver.audit import AuditRecord, AuditSink
 from tether.modserver.gitlab_client import GitlabClient, ProxyUserAuthorization
 from tether.modules.audit.recording.store import store_after_session
 from tether.modules.kubernetes_api.rpc.impersonation import NESTED_IMPERSONATION, carries_impersonation
@@ -167,7 +167,7 @@ class KubernetesApiProxy:
                 response = await self._handle_bound(request, request_id, audit)
             return response
         finally:
-            audit.finish(response.status if response is not None else STATUS_CLIENT_GONE)
+            audit.finish(response.status if response is not None else None)
 
     async def _handle_bound(self, request: web.BaseRequest, request_id: str, audit: AuditRecord) -> web.StreamResponse:
         cors: dict[str, str] = {}

@@ -11,19 +11,23 @@ from tether.modserver.gitlab_client import WorkspaceAuthorization
 from tether.modules.workspace_access.server.addresses import WorkspaceAddress
 from tether.modules.workspace_access.server.credentials import Credentials
 
-__all__ = ["UNAUDITED_OUTCOMES", "audit_credentials", "audit_workspace"]
+__all__ = ["UNAUDITED_OUTCOMES", "audit_address", "audit_credentials", "audit_workspace"]
 
 #: ``WorkspaceProxy`` outcomes whose request is not recorded (module docstring).
 UNAUDITED_OUTCOMES = frozenset({"bad_address", "redirect", "sign_in"})
 
 
-def audit_credentials(record: AuditRecord, credentials: Credentials, address: WorkspaceAddress, upgrade: bool) -> None:
-    """The kind of token, the workspace named and the path it sees; an upgrade (a WebSocket) is a "session"."""
-    record.token_kind = "session" if credentials.from_cookie else "personal_access"
+def audit_address(record: AuditRecord, address: WorkspaceAddress, upgrade: bool) -> None:
+    """The workspace named and the path it sees; an upgrade (a WebSocket) is a "session"."""
     record.name = address.name
     record.path = address.path.partition("?")[0]
     if upgrade:
         record.verb = "session"
+
+
+def audit_credentials(record: AuditRecord, credentials: Credentials) -> None:
+    """The kind of token the caller sent."""
+    record.token_kind = "session" if credentials.from_cookie else "personal_access"
 
 
 def audit_workspace(record: AuditRecord, ws: WorkspaceAuthorization) -> None:

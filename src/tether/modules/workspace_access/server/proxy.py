@@ -25,9 +25,14 @@ from prometheus_client import Counter
 
 from tether.modserver.agent_conn import AgentConn
 from tether.modserver.agent_tracker import AgentTracker
-from tether.modserver.audit import STATUS_CLIENT_GONE, AuditRecord, AuditSink
+from tether.modserver.audit import AuditRecord, AuditSink
 from tether.modules.workspace_access.server.addresses import AddressBook, AddressError, WorkspaceAddress
-from tether.modules.workspace_access.server.audit import UNAUDITED_OUTCOMES, audit_credentials, audit_workspace
+from tether.modules.workspace_access.server.audit import (
+    UNAUDITED_OUTCOMES,
+    audit_address,
+    audit_credentials,
+    audit_workspace,
+)
 from tether.modules.workspace_access.server.authorizer import AccessRefused, WorkspaceAuthorizer
 from tether.modules.workspace_access.server.config import WorkspacesCF
 from tether.modules.workspace_access.server.credentials import Credentials, CredentialsError, read_credentials
@@ -114,7 +119,7 @@ class WorkspaceProxy:
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         request_id = new_request_id()
         audit = self._audit.begin("workspace", request.method, request.rel_url.path, request_id, request.remote or "")
-        status = STATUS_CLIENT_GONE
+        status: int | None = None
         try:
             with bind(request_id=request_id):
                 response, outcome = await self._answer(request, request_id, audit)
@@ -139,6 +144,7 @@ class WorkspaceProxy:
             if request.method not in ("GET", "HEAD"):
                 return error_response(request, 405, "Method not allowed", "the sign-in callback takes GET"), "sign_in"
             return self._sign_in.finish(request, address), "sign_in"
+        audit_address(audit, address, is_upgrade(request.headers.items()))
         source = request.remote or "unknown"
         if self._limiter is not None and not await self._limiter.allows(
             "workspace_auth_failures", self._failure_limit, source
@@ -157,7 +163,7 @@ class WorkspaceProxy:
             if self._browser_navigation(request):
                 return self._sign_in.start(address, stale), "sign_in"
             return self._unauthorized(request, f"no credentials: {_BEARER_HINT}"), "unauthorized"
-        audit_credentials(audit, credentials, address, is_upgrade(request.headers.items()))
+        audit_credentials(audit, credentials)
         if credentials.from_cookie and not _same_origin(request, address):
             # The zone's cookie goes with requests from any page of the zone: another workspace's page must not
             # reach this one in its user's name (cross-site WebSocket hijacking, CSRF).
