@@ -4,14 +4,20 @@ per-agent switch in the agent configuration and what ``authorize_proxy_user`` te
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
 
 from tests.fixtures.hub import HubLauncher, RealHub
 from tests.hub.helpers import Setup, kas_config, project_with_agent, sign_in
+from tether.hub.db import migrate
 from tether.hub.db.agents import AgentConfiguration
+from tether.hub.db.audit_recordings import AuditRecording
+from tether.hub.db.engine import Database
+from tether.hub.service import audit_recordings, audit_retention
 from tether.modserver.gitlab_client import AgentConfigurationDoc, AgentInfo
 from tether.modules.agent_configuration.server import agent_configuration
 
@@ -139,3 +145,28 @@ def test_record_sessions_switch_in_the_agent_configuration(hub: RealHub, setup: 
     doc = AgentConfigurationDoc(commit_id="x", configuration=document.document, project_path="platform/clusters")
     sent = agent_configuration(doc, AgentInfo(setup.agent_id, setup.project_id, "production"), "http://hub")
     assert sent.agent_id == setup.agent_id
+
+
+def test_retention_deletes_old_recordings_with_old_events(hub_database_url: str) -> None:
+    async def check() -> None:
+        db = Database(hub_database_url)
+        try:
+            await migrate.upgrade(db.engine)
+            old, recent = uuid.uuid4().hex, uuid.uuid4().hex
+            async with db.transaction() as session:
+                for event_id in (old, recent):
+                    await audit_recordings.store(session, event_id, 1, 0, True, CAST)
+            async with db.transaction() as session:
+                row = await session.get_one(AuditRecording, old)
+                row.stored_at = datetime.now(UTC) - timedelta(days=31)
+            assert await audit_retention.sweep(db, 0) == 0  # 0 keeps everything
+            async with db.transaction(read_only=True) as session:
+                assert await session.get(AuditRecording, old) is not None
+            await audit_retention.sweep(db, 30, chunk=1)
+            async with db.transaction(read_only=True) as session:
+                assert await session.get(AuditRecording, old) is None
+                assert await session.get(AuditRecording, recent) is not None
+        finally:
+            await db.close()
+
+    asyncio.run(check())

@@ -8,7 +8,9 @@ for a recording that does not exist, so that ids of other users' sessions are no
 from __future__ import annotations
 
 import re
+from datetime import datetime
 
+from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from tether.hub.db.audit_recordings import AuditRecording
@@ -17,7 +19,7 @@ from tether.hub.errors import BadRequest, NotFound
 from tether.hub.service.audit_query import maintained_agent_ids
 from tether.hub.service.principal import Principal
 
-__all__ = ["EVENT_ID", "check_event_id", "readable", "store"]
+__all__ = ["EVENT_ID", "check_event_id", "delete_older", "readable", "store"]
 
 #: An audit event id: uuid4 as 32 lowercase hex digits (made by kas).
 EVENT_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -48,6 +50,13 @@ async def store(
     row.size = len(content)
     row.content = content
     row.stored_at = utcnow()
+
+
+async def delete_older(session: AsyncSession, cutoff: datetime, chunk: int) -> int:
+    """Delete at most ``chunk`` recordings stored before ``cutoff`` (the audit retention); returns how many."""
+    doomed = select(AuditRecording.event_id).where(AuditRecording.stored_at < cutoff).limit(chunk)
+    result = await session.execute(delete(AuditRecording).where(AuditRecording.event_id.in_(doomed)))
+    return int(getattr(result, "rowcount", 0) or 0)
 
 
 async def readable(session: AsyncSession, principal: Principal, event_id: str) -> AuditRecording:
