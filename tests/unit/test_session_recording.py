@@ -1,17 +1,21 @@
 """Recorded exec/attach sessions, kas' pure parts (issue 25 item 2): the WebSocket and SPDY/3.1 demultiplexing,
-the asciicast v2 file, the bounded buffer. Frames are made by the ``websockets`` library and zlib, as a peer
-would; the real kubectl's traffic is parsed in ``tests/node/test_recorded_sessions.py``.
+the asciicast v2 file, the bounded buffer, storing after the session. Frames are made by the ``websockets``
+library and zlib, as a peer would; the real kubectl's traffic is parsed in ``tests/node/test_recorded_sessions.py``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import time
 import zlib
 
 from websockets.protocol import Protocol, Side, State
 
 from tether.modules.audit.recording.recorder import SessionRecorder
 from tether.modules.audit.recording.spdy_dictionary import SPDY3_DICTIONARY
+from tether.modules.audit.recording.store import store_after_session
 
 
 def _ws_frames(side: Side, *messages: bytes) -> bytes:
@@ -109,3 +113,54 @@ def test_full_buffer_keeps_what_came_before_and_marks_incomplete() -> None:
 
 def test_no_upgrade_means_no_recording() -> None:
     assert not SessionRecorder("e" * 32, 7, 9).switched
+
+
+class _SlowHub:
+    """Stands in for the hub's client: takes a recording after ``delay_s`` (pure logic around it is tested)."""
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+        self.stored: list[str] = []
+
+    async def put_audit_recording(
+        self, event_id: str, cast: bytes, complete: bool, agent_id: int, user_id: int
+    ) -> None:
+        await asyncio.sleep(self.delay_s)
+        self.stored.append(event_id)
+
+
+def test_store_after_the_session_outlives_the_handlers_cancellation() -> None:
+    # aiohttp cancels a relay's handler when it notices the client's connection closed, which for an upgraded
+    # session is right after it ended: the recording must still be stored and the answer reach the audit event.
+    async def scenario() -> tuple[list[str], list[str], bool]:
+        hub = _SlowHub(0.2)
+        recorder = SessionRecorder("f" * 32, 7, 9)
+        recorder.upgraded({"Upgrade": ["websocket"], "Sec-Websocket-Protocol": ["v5.channel.k8s.io"]})
+        recorder.server(_ws_frames(Side.SERVER, b"\x01bye\n"))
+        answers: list[str] = []
+
+        async def handler() -> None:
+            answers.append(await store_after_session(hub, recorder, 5.0))  # type: ignore[arg-type]
+            await asyncio.sleep(5)  # the cancellation, requested again, lands here
+
+        task = asyncio.ensure_future(handler())
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return hub.stored, answers, task.cancelled()
+
+    stored, answers, cancelled = asyncio.run(scenario())
+    assert stored == ["f" * 32] and answers == ["complete"] and cancelled
+
+
+def test_slow_hub_makes_the_recording_incomplete_without_waiting_longer() -> None:
+    async def scenario() -> tuple[str, float]:
+        recorder = SessionRecorder("9" * 32, 7, 9)
+        recorder.upgraded({"Upgrade": ["websocket"], "Sec-Websocket-Protocol": ["v5.channel.k8s.io"]})
+        began = time.monotonic()
+        answer = await store_after_session(_SlowHub(30), recorder, 0.2)  # type: ignore[arg-type]
+        return answer, time.monotonic() - began
+
+    answer, waited_s = asyncio.run(scenario())
+    assert answer == "incomplete" and waited_s < 20  # a bound, not a measurement: the hub would take 30 s
