@@ -341,6 +341,8 @@ def test_kas_configuration_is_valid_for_kas(tmp_path: Path) -> None:
     assert config.redis.password_file == Path("/etc/tether/redis/password")
     assert config.workspaces is not None
     assert config.routing.tunnel_find_timeout == 30.0
+    # The audit spool stays below the 64Mi /tmp emptyDir it lives in (a full emptyDir evicts the pod).
+    assert config.audit.spool_dir == Path("/tmp/audit-spool") and config.audit.spool_max_bytes < 64 * 2**20
 
 
 def test_server_defaults_render_kas_hub_and_a_trial_redis() -> None:

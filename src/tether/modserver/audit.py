@@ -13,10 +13,13 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Protocol
 
-if TYPE_CHECKING:
-    from tether.modules.audit.protocol import AuditEvent
+from aiohttp import web
 
-__all__ = ["STATUS_CLIENT_GONE", "AuditRecord", "AuditSink", "ByteCounter"]
+if TYPE_CHECKING:
+    import msgspec
+
+__all__ = ["REQUEST_KEY", "STATUS_CLIENT_GONE", "AuditRecord", "AuditSink", "ByteCounter"]
+
 
 #: Status recorded when the client went away before an answer was sent (nginx' "client closed request").
 STATUS_CLIENT_GONE = 499
@@ -144,5 +147,13 @@ class AuditSink:
     def finished(self, record: AuditRecord) -> None:
         """Take a finished record; never blocks, never raises."""
 
-    def record(self, event: AuditEvent) -> None:
-        """Take a ready-made event (e.g. h-record's, with ``recording`` set); never blocks, never raises."""
+    def record(self, event: msgspec.Struct) -> None:
+        """Take a ready-made ``tether.modules.audit.protocol.AuditEvent`` (e.g. one with ``recording`` set).
+
+        Never blocks, never raises. (Typed as any msgspec Struct: this layer does not import the modules'.)
+        """
+
+
+#: Where an HTTP relay keeps a request's record on the aiohttp request (``request[REQUEST_KEY]``), so code deeper
+#: in the relay (e.g. a session recorder setting ``recording``) can reach it.
+REQUEST_KEY: web.RequestKey[AuditRecord] = web.RequestKey("tether_audit_record", AuditRecord)

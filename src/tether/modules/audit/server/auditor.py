@@ -34,7 +34,7 @@ from tether.modules.audit.server.config import AuditCF
 from tether.modules.audit.server.spool import Spool
 
 if TYPE_CHECKING:
-    from tether.modules.audit.protocol import AuditEvent
+    import msgspec
 
 __all__ = ["MAX_BACKOFF_S", "Auditor", "default_spool_dir"]
 
@@ -81,9 +81,9 @@ class Auditor(AuditSink):
         self._gitlab = gitlab
         self._instance = kas_instance
         self._spool = Spool(config.spool_dir or default_spool_dir(kas_instance), config.spool_max_bytes)
-        self._queue: collections.deque[AuditEvent] = collections.deque()
+        self._queue: collections.deque[msgspec.Struct] = collections.deque()
         #: Events beyond ``queue_max_events``, waiting for the task to write them to the spool.
-        self._overflow: list[AuditEvent] = []
+        self._overflow: list[msgspec.Struct] = []
         self._wake = asyncio.Event()
         self._spool_lock = asyncio.Lock()
         self._dropped_logged_at = 0.0
@@ -112,7 +112,7 @@ class Auditor(AuditSink):
         except Exception:  # never let auditing fail a request
             log.exception("building an audit event failed")
 
-    def record(self, event: AuditEvent) -> None:
+    def record(self, event: msgspec.Struct) -> None:
         """Queue a ready-made event; beyond ``queue_max_events`` it waits for the spool."""
         if len(self._queue) < self._config.queue_max_events:
             self._queue.append(event)
@@ -218,7 +218,7 @@ class Auditor(AuditSink):
         events, self._overflow = self._overflow, []
         await self._to_spool(events)
 
-    async def _to_spool(self, events: list[AuditEvent]) -> None:
+    async def _to_spool(self, events: list[msgspec.Struct]) -> None:
         if not events:
             return
         lines = _lines(events)
@@ -255,7 +255,7 @@ class Auditor(AuditSink):
             await asyncio.to_thread(self._spool.close)
 
 
-def _lines(events: list[AuditEvent]) -> list[bytes]:
+def _lines(events: list[msgspec.Struct]) -> list[bytes]:
     from tether.modules.audit.server.events import encode  # noqa: PLC0415 (see MAX_BATCH_BYTES)
 
     return [encode(event) for event in events]

@@ -48,6 +48,6 @@ def event_of(record: AuditRecord, kas_instance: str) -> AuditEvent:
     )
 
 
-def encode(event: AuditEvent) -> bytes:
+def encode(event: msgspec.Struct) -> bytes:
     """One JSON line: the event's JSON and a newline (the spool's and, joined, the batch's format)."""
     return _ENCODER.encode(event) + b"\n"

@@ -27,7 +27,7 @@ from aiohttp import web
 
 from tether.modserver.agent_conn import AgentCallError, AgentConn, AgentMethod
 from tether.modserver.api import ProxyPathHandler
-from tether.modserver.audit import AuditRecord, AuditSink
+from tether.modserver.audit import REQUEST_KEY, AuditRecord, AuditSink
 from tether.modserver.gitlab_client import GitlabClient, ProxyUserAuthorization
 from tether.modules.audit.recording.store import store_after_session
 from tether.modules.kubernetes_api.rpc.impersonation import NESTED_IMPERSONATION, carries_impersonation
@@ -161,6 +161,7 @@ class KubernetesApiProxy:
         request_id = new_request_id()
         path = request.rel_url.path
         audit = self._audit.begin("kubernetes_api", request.method, path, request_id, request.remote or "")
+        request[REQUEST_KEY] = audit
         response: web.StreamResponse | None = None
         try:
             with bind(request_id=request_id):
