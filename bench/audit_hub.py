@@ -1,6 +1,6 @@
 """Sustained ingestion of audit events into PostgreSQL through the hub's internal endpoint (issue 25 item 1).
 
-Usage: ``python bench/audit_hub.py [--seconds 30] [--senders 2] [--batch 500]``
+Usage: ``python bench/audit_hub.py [--seconds 30] [--senders 2] [--batch 500] [--runs 1]``
 
 A private PostgreSQL, one ``tether hub serve`` process on it, and ``--senders`` clients standing for kas
 instances, each posting batches of ``--batch`` events (kas' ``audit.batch_max_events`` default) to
@@ -12,7 +12,9 @@ machines, take little of the two cores the hub and PostgreSQL share with them.
 
 Figure (``bench/results/audit.json``, this script's entry only; the file is shared with h-audit-kas and
 h-record): ``audit_events_per_second_hub``, events the hub stored per second (target >= 5,000). The script
-checks the table holds exactly the events the hub said it accepted.
+checks the table holds exactly the events the hub said it accepted. Beside the figure: the CPU time the hub
+process and PostgreSQL (its server and backends) spent per event while measured, read from ``/proc``, which
+the load of other processes on the machine changes far less than the rate.
 """
 
 from __future__ import annotations
@@ -47,6 +49,17 @@ RESULTS = ROOT / "bench" / "results" / "audit.json"
 MINE = ("audit_events_per_second_hub",)
 WARM_UP_S = 3.0
 _encode = msgspec.json.Encoder().encode
+
+
+def _cpu_seconds(pid: int, with_children: bool) -> float:
+    """CPU seconds (user + system) of ``pid``; ``with_children``: plus every descendant's, live or reaped."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split() if with_children else []
+    except OSError:  # gone meanwhile: its time is in its parent's reaped children
+        return 0.0
+    ticks = int(fields[11]) + int(fields[12]) + ((int(fields[13]) + int(fields[14])) if with_children else 0)
+    return ticks / os.sysconf("SC_CLK_TCK") + sum(_cpu_seconds(int(child), True) for child in children)
 
 
 def _batch(size: int, sender: int) -> bytes:
@@ -140,7 +153,9 @@ def run(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
         url = f"http://127.0.0.1:{port}"
         hub.wait_ready(lambda: httpx.get(f"{url}/-/health").status_code == 200, 90, "ready")
         load_before = os.getloadavg()
+        cpu_before = (_cpu_seconds(hub.pid, False), _cpu_seconds(postgres.pid, True))
         stored, elapsed, total = asyncio.run(_load(url, secret, pool, args))
+        cpu_after = (_cpu_seconds(hub.pid, False), _cpu_seconds(postgres.pid, True))
         load_after = os.getloadavg()
         in_table = asyncio.run(rows(database_url, "SELECT count(*) FROM audit_events"))[0][0]
         assert in_table == total, f"the table holds {in_table} events, the hub accepted {total}"
@@ -155,6 +170,8 @@ def run(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
                 "senders": args.senders,
                 "batch": args.batch,
                 "database": "postgresql",
+                "hub_cpu_us_per_event": round((cpu_after[0] - cpu_before[0]) / total * 1e6, 1),
+                "postgres_cpu_us_per_event": round((cpu_after[1] - cpu_before[1]) / total * 1e6, 1),
                 "load": f"{', '.join(f'{x:.2f}' for x in load_before)} before, "
                 f"{', '.join(f'{x:.2f}' for x in load_after)} after",
             }
@@ -171,10 +188,19 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0, help="seconds of measured load")
     parser.add_argument("--senders", type=int, default=2, help="concurrent senders (kas instances)")
     parser.add_argument("--batch", type=int, default=500, help="events per batch")
+    parser.add_argument("--runs", type=int, default=1, help="runs, each on a fresh database; the median is kept")
     parser.add_argument("--no-record", action="store_true", help="print only; leave bench/results alone")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="tether-audit-bench-") as directory:
-        figures = run(args, Path(directory))
+    results = []
+    for _ in range(args.runs):
+        with tempfile.TemporaryDirectory(prefix="tether-audit-bench-") as directory:
+            results.append(run(args, Path(directory))[0])
+        print(json.dumps(results[-1]), flush=True)
+    results.sort(key=lambda figure: figure["value"])
+    median = dict(results[len(results) // 2])
+    if args.runs > 1:
+        median |= {"runs": args.runs, "values": [figure["value"] for figure in results]}
+    figures = [median]
     print(json.dumps(figures, indent=2))
     if not args.no_record:
         kept = (

@@ -150,3 +150,31 @@ def test_the_export_continues_after_a_cursor(hub: RealHub, trail: Trail) -> None
     after = _jsonl(hub, hub.admin_token, after=lines[-1]["cursor"])
     assert [line["id"] for line in after] == [late["id"]]
     assert _jsonl(hub, hub.admin_token, after=after[-1]["cursor"]) == []
+
+
+def test_beyond_ten_thousand_events_no_total_as_gitlab(hub: RealHub, hub_backend: str) -> None:
+    """GitLab leaves out ``X-Total``, ``X-Total-Pages`` and the ``last`` link above 10,000 items."""
+    numbers = (
+        "SELECT printf('%032x', x) AS id, x FROM (WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c "
+        "WHERE x < 10001) SELECT x FROM c)"
+        if hub_backend == "sqlite"
+        else "SELECT lpad(to_hex(x), 32, '0') AS id, x FROM generate_series(1, 10001) AS x"
+    )
+    columns = (
+        "kas_instance, verb, username, token_kind, identity_kind, identity_user, identity_groups, api_group, "
+        "api_version, resource, subresource, namespace, name, path, request_id, source_address, recording"
+    )
+    blanks = ", ".join("'get'" if c == "verb" else "''" for c in columns.split(", "))
+    hub.db.execute(
+        f"INSERT INTO audit_events (event_id, time, received_at, kind, agent_id, status, duration_ms, bytes_in, "
+        f"bytes_out, user_id, token_id, {columns}) SELECT n.id, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, 'grpc', n.x, "
+        f"200, 1.0, 0, 0, 0, 0, {blanks} FROM ({numbers}) AS n"
+    )
+    listed = hub.api().get("/audit_events", params={"per_page": 100, "page": 2})
+    assert listed.status_code == 200, listed.text
+    assert len(listed.json()) == 100
+    assert "X-Total" not in listed.headers and "X-Total-Pages" not in listed.headers
+    assert (listed.headers["X-Next-Page"], listed.headers["X-Prev-Page"]) == ("3", "1")
+    assert 'rel="last"' not in listed.headers["Link"]
+    last = hub.api().get("/audit_events", params={"per_page": 100, "page": 101})
+    assert (len(last.json()), last.headers["X-Next-Page"]) == (1, "")

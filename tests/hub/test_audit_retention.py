@@ -60,3 +60,22 @@ def test_two_replicas_sweeping_at_once_delete_exactly_the_old_events(hub_databas
                 await db.close()
 
     asyncio.run(check())
+
+
+def test_a_batch_is_stored_in_the_callers_transaction(hub_database_url: str) -> None:
+    """A transaction rolled back after :func:`audit_ingest.store` leaves nothing behind (both backends)."""
+
+    async def check() -> None:
+        db = Database(hub_database_url)
+        try:
+            await migrate.upgrade(db.engine)
+            with pytest.raises(RuntimeError):
+                async with db.transaction() as session:
+                    assert await audit_ingest.store(session, [_event(0), _event(1)]) == 2
+                    raise RuntimeError("the caller fails after storing")
+            async with db.transaction(read_only=True) as session:
+                assert list(await session.scalars(select(AuditEventRow.event_id))) == []
+        finally:
+            await db.close()
+
+    asyncio.run(check())

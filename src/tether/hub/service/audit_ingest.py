@@ -5,9 +5,9 @@ after a crash), and an event already stored is counted as a duplicate, not store
 batch, ``INSERT ... ON CONFLICT (event_id) DO NOTHING RETURNING event_id``, on PostgreSQL and SQLite alike, so
 two hub replicas taking the same batch at once still store each event once.
 
-On PostgreSQL the batch goes as one array per column (``INSERT ... SELECT * FROM unnest($1::text[], ...)``)
-through asyncpg, inside the session's transaction: SQLAlchemy's per-row parameter handling cost more than the
-database's work (profile of ``bench/audit_hub.py``, docs/benchmarks.md).
+On PostgreSQL the batch goes as one array per column (``INSERT ... SELECT ... FROM unnest(CAST(:event_id AS
+text[]), ...)``): SQLAlchemy's per-row parameter handling of a many-row INSERT cost more than the database's
+work (profile of ``bench/audit_hub.py``, docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from operator import attrgetter
 from typing import Any, cast
 
 import msgspec
-from sqlalchemy import Table
+from sqlalchemy import Table, text
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -60,10 +60,10 @@ _PG_ARRAYS = {
     "identity_groups": "text",
     **_PG_PLAIN,
 }
-_PG_INSERT = (
+_PG_INSERT = text(
     f"INSERT INTO audit_events (received_at, {', '.join(_PG_ARRAYS)}) "
     f"SELECT now(), u.event_id, to_timestamp(u.time), {', '.join(f'u.{c}' for c in list(_PG_ARRAYS)[2:])} "
-    f"FROM unnest({', '.join(f'${i}::{t}[]' for i, t in enumerate(_PG_ARRAYS.values(), 1))}) "
+    f"FROM unnest({', '.join(f'CAST(:{c} AS {t}[])' for c, t in _PG_ARRAYS.items())}) "
     f"AS u({', '.join(_PG_ARRAYS)}) "
     "ON CONFLICT (event_id) DO NOTHING RETURNING event_id"
 )
@@ -140,7 +140,6 @@ async def _store_postgresql(session: AsyncSession, events: list[AuditEvent]) -> 
         list(map(_groups, identities)),
         *(list(map(attrgetter(name), events)) for name in _PG_PLAIN),
     ]
-    connection = await session.connection()  # begins the session's transaction on its asyncpg connection
-    raw = await connection.get_raw_connection()
-    stored = await raw.driver_connection.fetch(_PG_INSERT, *columns)  # type: ignore[union-attr]
+    # 27 parameters, each an array: SQLAlchemy handles a few values, asyncpg encodes the arrays.
+    stored = (await session.execute(_PG_INSERT, dict(zip(_PG_ARRAYS, columns, strict=True)))).all()
     return len(stored)
