@@ -46,6 +46,8 @@ if [ ! -f "$VENDOR/.package-lock.json" ] || ! cmp -s package-lock.json "$VENDOR/
   npm ci --no-audit --no-fund --loglevel=error
   mkdir -p "$VENDOR"
   cp node_modules/htmx.org/dist/htmx.min.js node_modules/cytoscape/dist/cytoscape.min.js "$VENDOR/"
+  cp node_modules/asciinema-player/dist/bundle/asciinema-player.min.js \
+    node_modules/asciinema-player/dist/bundle/asciinema-player.css "$VENDOR/"
   cp package-lock.json "$VENDOR/.package-lock.json"
 fi
 

@@ -19,9 +19,17 @@ from tether.hub.db.models import Base
 REPLICA_TABLES = {"auth_failure_counts", "pending_revocations"}
 #: 0005 adds the audit trail (issue 25).
 AUDIT_TABLES = {"audit_events"}
-TABLES = set(ALL_TABLES) | REPLICA_TABLES | AUDIT_TABLES
+#: 0006 adds the recorded exec/attach sessions (issue 25 item 2).
+RECORDING_TABLES = {"audit_recordings"}
+TABLES = set(ALL_TABLES) | REPLICA_TABLES | AUDIT_TABLES | RECORDING_TABLES
 #: What revision 0001 creates; 0002 adds the browser sessions.
-TABLES_0001 = TABLES - {"user_sessions", "workspaces", "workspaces_agent_configs"} - REPLICA_TABLES - AUDIT_TABLES
+TABLES_0001 = (
+    TABLES
+    - {"user_sessions", "workspaces", "workspaces_agent_configs"}
+    - REPLICA_TABLES
+    - AUDIT_TABLES
+    - RECORDING_TABLES
+)
 #: 0003 adds the workspaces.
 TABLES_0002 = TABLES_0001 | {"user_sessions"}
 

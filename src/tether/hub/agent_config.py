@@ -8,6 +8,9 @@ error names the field (``user_access.access_as: ...``).
 A file written for GitLab may carry sections Tether does not serve (:data:`GITLAB_ONLY_SECTIONS`): they are
 accepted with one warning each, so that a user moving an agent from GitLab keeps their file; any other unknown
 top-level key is still refused, so that a typo in a served section's name is not silently ignored.
+
+Tether's own sections (:data:`TETHER_SECTIONS`, e.g. ``audit: {record_sessions: true}``, issue 25 item 2) are
+not in the protobuf: they are checked here and kept in the document beside the protobuf's fields.
 """
 
 from __future__ import annotations
@@ -30,6 +33,10 @@ MAX_SIZE_BYTES = 131072
 #: Upstream limit of projects or groups per access section (``AUTHORIZED_ENTITY_LIMIT``).
 MAX_AUTHORIZED_ENTITIES = 500
 _FIELD = "configuration"
+#: Tether's section of the agent configuration about the audit trail; not in upstream's protobuf.
+AUDIT_SECTION = "audit"
+#: Top-level sections that are Tether's own (kas leaves them out of what agentk receives).
+TETHER_SECTIONS = frozenset({AUDIT_SECTION})
 _CHAIN = re.compile(r"Failed to parse (\w+) field: ")
 _LOCATION = re.compile(r' at "?ConfigurationFile\.?([\w\[\]]+(?:\.[\w\[\]]+)*)?"?\.*$')
 _UNKNOWN = re.compile(r'has no field named "([^"]+)"')
@@ -83,6 +90,7 @@ def parse_configuration(content: str) -> ValidConfiguration:
     if not isinstance(data, dict):
         raise BadRequest.field(_FIELD, f"must be a mapping at the top level, not {_kind(data)}")
     data, warnings = _set_aside_gitlab_sections(data)
+    audit = _audit_section(data.pop(AUDIT_SECTION, None))
     _check_user_access(data)
     _check_shapes(data, ConfigurationFile.DESCRIPTOR, _FIELD)
     try:
@@ -93,12 +101,35 @@ def parse_configuration(content: str) -> ValidConfiguration:
     except (TypeError, ValueError) as exc:  # e.g. non-string mapping keys
         raise BadRequest.field(_FIELD, str(exc)) from exc
     document = json_format.MessageToDict(message, preserving_proto_field_name=True)
+    if audit is not None:
+        document[AUDIT_SECTION] = audit
     try:
         workspaces_settings.from_configuration(document.get("remote_development"))
     except ValueError as exc:
         where, _, problem = str(exc).partition(": ")
         raise BadRequest.field(f"{_FIELD}.{where}", problem) from exc
     return ValidConfiguration(content=content, document=document, warnings=warnings)
+
+
+def _audit_section(section: Any) -> dict[str, Any] | None:
+    """``audit``: a mapping whose only key is ``record_sessions`` (a boolean, default false); None when absent."""
+    if section is None:
+        return None
+    where = f"{_FIELD}.{AUDIT_SECTION}"
+    if not isinstance(section, dict):
+        raise BadRequest.field(where, f"must be a mapping, not {_kind(section)}")
+    for key, value in section.items():
+        if key != "record_sessions":
+            raise BadRequest.field(f"{where}.{key}", "unknown field (the audit section has `record_sessions`)")
+        if not isinstance(value, bool):
+            raise BadRequest.field(f"{where}.{key}", f"must be true or false, not {_kind(value)}")
+    return {"record_sessions": section.get("record_sessions", False)}
+
+
+def record_sessions(document: dict[str, Any]) -> bool:
+    """Whether a stored configuration document asks kas to record exec/attach sessions (issue 25 item 2)."""
+    section = document.get(AUDIT_SECTION)
+    return isinstance(section, dict) and section.get("record_sessions") is True
 
 
 def _set_aside_gitlab_sections(data: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:

@@ -26,6 +26,8 @@ from tether.hub.api.routes_agent_tokens import router as agent_tokens_router
 from tether.hub.api.routes_agents import router as agents_router
 from tether.hub.api.routes_audit import router as audit_router
 from tether.hub.api.routes_audit_internal import router as audit_internal_router
+from tether.hub.api.routes_audit_recordings import internal_router as audit_recordings_internal_router
+from tether.hub.api.routes_audit_recordings import router as audit_recordings_router
 from tether.hub.api.routes_gitlab_compat import router as gitlab_compat_router
 from tether.hub.api.routes_groups import router as groups_router
 from tether.hub.api.routes_internal import router as internal_router
@@ -124,6 +126,8 @@ def create_app(config: HubConfig, gitlab_secret: bytes) -> FastAPI:
         agent_config_router,
         audit_router,
         audit_internal_router,  # before internal_router: its catch-all would answer 404
+        audit_recordings_router,
+        audit_recordings_internal_router,  # before internal_router too
         workspaces_internal_router,  # before internal_router: its catch-all would answer 404
         gitlab_compat_router,
         internal_upstream_router,  # before internal_router, whose catch-all answers unknown internal paths

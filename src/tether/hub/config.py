@@ -234,9 +234,12 @@ class AuditCF(_Section):
     Attributes:
         retention_days: days an audit event is kept, counted from its time; older events are deleted by a
             sweep every replica runs each hour. 0 keeps them forever.
+        recording_max_bytes: largest asciicast file stored for one recorded exec/attach session (issue 25
+            item 2); kas' larger upload gets 413 and the session's audit event says its recording is incomplete.
     """
 
     retention_days: int = Field(default=90, ge=0, le=36500)
+    recording_max_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
 
 
 class LoggingCF(_Section):

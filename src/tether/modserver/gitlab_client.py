@@ -152,6 +152,8 @@ class ProxyUserAuthorization:
             ``access_as: {agent: {}}`` (the agent's own identity).
         projects: with ``access_as_user``, the projects and the user's roles in each.
         groups: with ``access_as_user``, the groups and the user's roles in each.
+        record_sessions: the agent's configuration has ``audit: {record_sessions: true}`` (Tether addition,
+            issue 25 item 2): kas records the exec/attach sessions it relays to this agent.
     """
 
     agent_id: int
@@ -161,6 +163,7 @@ class ProxyUserAuthorization:
     access_as_user: bool
     projects: tuple[RoleGrant, ...] = ()
     groups: tuple[RoleGrant, ...] = ()
+    record_sessions: bool = False
 
 
 @dataclass(frozen=True)
@@ -476,6 +479,36 @@ class GitlabClient:
                 answer_headers.setdefault(key, []).append(value)
             return ModuleResponse(resp.status, resp.reason or "", answer_headers, bytes(data))
 
+    async def put_audit_recording(
+        self, event_id: str, cast: bytes, complete: bool, agent_id: int, user_id: int
+    ) -> None:
+        """``PUT audit_events/<event_id>/recording`` with an asciicast v2 file (issue 25 item 2, the audit contract).
+
+        ``Tether-Recording-Complete`` says whether the file holds the whole session; ``Tether-Agent-Id`` and
+        ``Tether-User-Id`` let the hub decide who may replay it before the event itself arrives.
+
+        Raises:
+            GitlabClientError: any status from 300 on (413: larger than the hub keeps).
+            GitlabTimeout: the call took longer than the deadline.
+            aiohttp.ClientError, OSError: the hub is unreachable.
+        """
+        session = self._open_session()
+        full_path = f"/api/v4/internal/kubernetes/audit_events/{quote(event_id, safe='')}/recording"
+        headers = {
+            **self._headers(None),
+            "Content-Type": "application/x-asciicast",
+            "Tether-Recording-Complete": "true" if complete else "false",
+            "Tether-Agent-Id": str(agent_id),
+            "Tether-User-Id": str(user_id),
+        }
+        async with (
+            self._deadline("PUT", full_path),
+            session.put(self._base + full_path, headers=headers, data=cast, allow_redirects=False) as resp,
+        ):
+            text = await resp.text()
+            if resp.status >= 300:
+                raise GitlabClientError(resp.status, full_path, _reason(text))
+
     async def close(self) -> None:
         """Close the HTTP session."""
         if self._session is not None:
@@ -518,6 +551,7 @@ def _proxy_user_authorization(data: Any) -> ProxyUserAuthorization:
         access_as_user=as_user,
         projects=projects,
         groups=groups,
+        record_sessions=(data.get("audit") or {}).get("record_sessions") is True,
     )
 
 

@@ -20,7 +20,7 @@ from fastapi.staticfiles import StaticFiles
 from tether.hub.api import routes_sessions
 from tether.hub.api.browser import SESSION_COOKIE
 from tether.hub.api.state import hub_state
-from tether.hub.console import agent_pages, audit_pages, graph_relay, workspace_pages
+from tether.hub.console import agent_pages, audit_pages, graph_relay, recording_pages, workspace_pages
 from tether.hub.console.web import (
     STATIC_DIR,
     ConsoleUser,
@@ -202,6 +202,7 @@ def install(app: FastAPI) -> None:
     app.include_router(workspace_pages.router)
     app.include_router(audit_pages.router)
     app.include_router(graph_relay.router)
+    app.include_router(recording_pages.router)
     app.mount("/-/console/static", StaticFiles(directory=STATIC_DIR), name="console-static")
     app.add_exception_handler(SignInRequired, _sign_in_required)
     api_handler = app.exception_handlers[HubError]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tether.hub.db.agents import AgentConfiguration, ClusterAgent, ClusterAgentToken
 from tether.hub.db.audit import AuditEventRow
+from tether.hub.db.audit_recordings import AuditRecording
 from tether.hub.db.base import Base
 from tether.hub.db.namespaces import GroupMember, Namespace, Project, ProjectMember
 from tether.hub.db.revocations import PendingRevocation
@@ -15,6 +16,7 @@ from tether.hub.db.workspaces import Workspace, WorkspacesAgentConfig
 __all__ = [
     "AgentConfiguration",
     "AuditEventRow",
+    "AuditRecording",
     "AuthFailureCount",
     "Base",
     "ClusterAgent",

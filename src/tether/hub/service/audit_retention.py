@@ -20,6 +20,7 @@ from sqlalchemy import delete, select, text
 from tether.hub.db.audit import AuditEventRow
 from tether.hub.db.engine import Database
 from tether.hub.db.types import utcnow
+from tether.hub.service import audit_recordings
 
 log = logging.getLogger(__name__)
 #: Seconds between two sweeps of one replica.
@@ -55,9 +56,11 @@ async def sweep(db: Database, retention_days: int, chunk: int = CHUNK) -> int:
                 select(AuditEventRow.seq).where(AuditEventRow.time < cutoff).order_by(AuditEventRow.seq).limit(chunk)
             )
             result = await session.execute(delete(AuditEventRow).where(AuditEventRow.seq.in_(doomed)))
+            # Recorded sessions (issue 25 item 2) go with the events of their time.
+            recordings = await audit_recordings.delete_older(session, cutoff, chunk)
         count = int(getattr(result, "rowcount", 0) or 0)
         deleted += count
-        if count < chunk:
+        if count < chunk and recordings < chunk:
             return deleted
         await asyncio.sleep(0)  # let other requests in between chunks
 

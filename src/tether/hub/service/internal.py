@@ -15,6 +15,7 @@ from sqlalchemy import Connection, bindparam, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from tether.hub import tokens
+from tether.hub.agent_config import record_sessions
 from tether.hub.db.agents import TOKEN_ACTIVE, AgentConfiguration, ClusterAgent, ClusterAgentToken
 from tether.hub.db.engine import Database
 from tether.hub.db.namespaces import KIND_GROUP, Namespace, Project
@@ -180,6 +181,8 @@ class ProxyAuthorization:
     access_as: str
     projects: list[tuple[int, list[str]]] = field(default_factory=list)
     groups: list[tuple[int, list[str]]] = field(default_factory=list)
+    #: Tether addition (issue 25 item 2): the configuration's ``audit.record_sessions``.
+    record_sessions: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """The JSON body kas parses."""
@@ -193,11 +196,14 @@ class ProxyAuthorization:
                     "groups": [{"id": gid, "roles": roles} for gid, roles in self.groups],
                 }
             }
-        return {
+        answer: dict[str, Any] = {
             "agent": {"id": self.agent_id, "config_project": {"id": self.config_project_id}},
             "user": {"id": self.user_id, "username": self.username},
             "access_as": access_as,
         }
+        if self.record_sessions:  # only then: upstream's shape otherwise
+            answer["audit"] = {"record_sessions": True}
+        return answer
 
 
 async def authorize_proxy_user(
@@ -258,6 +264,7 @@ async def authorize_proxy_user(
         access_as=kind,
         projects=projects if kind == "user" else [],
         groups=groups if kind == "user" else [],
+        record_sessions=record_sessions(config.document if config is not None else {}),
     )
 
 

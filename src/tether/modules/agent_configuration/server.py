@@ -38,6 +38,8 @@ from tether.tool.backoff import Backoff
 from tether.tool.logs import bind_for_task, current_connection_id
 
 log = logging.getLogger(__name__)
+#: Tether's own top-level sections of the configuration document (issue 25 item 2: ``audit``).
+_KAS_ONLY_SECTIONS = frozenset({"audit"})
 _AGENT_FIELDS = ("gitops", "observability", "ci_access", "container_scanning", "remote_development", "flux")
 _FATAL = {401: grpc.StatusCode.UNAUTHENTICATED, 403: grpc.StatusCode.PERMISSION_DENIED, 404: grpc.StatusCode.NOT_FOUND}
 
@@ -55,7 +57,9 @@ def agent_configuration(
         ConfigurationInvalid: unknown fields or wrong types in the stored document.
     """
     try:
-        file = json_format.ParseDict(doc.configuration, agentcfg_pb2.ConfigurationFile())
+        # The document also holds Tether's own sections (the hub's ``TETHER_SECTIONS``): kas' business only.
+        upstream = {key: value for key, value in doc.configuration.items() if key not in _KAS_ONLY_SECTIONS}
+        file = json_format.ParseDict(upstream, agentcfg_pb2.ConfigurationFile())
     except json_format.ParseError as exc:
         raise ConfigurationInvalid(str(exc)) from exc
     config = agentcfg_pb2.AgentConfiguration(

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterable, AsyncIterator, Callable
+from typing import Protocol
 
 from aiohttp import web
 
@@ -28,13 +29,26 @@ from tether.tool.http_grpc.headers import HeaderMap, clean_headers, from_values,
 from tether.tool.http_grpc.hijack import RawConnection, hijack
 from tether.tool.http_server import RelayedResponse
 
-__all__ = ["MAX_CHUNK", "ProxyCall", "ResponseStreamError", "content_length_of"]
+__all__ = ["MAX_CHUNK", "ProxyCall", "ResponseStreamError", "UpgradeTap", "content_length_of"]
 
 log = logging.getLogger(__name__)
 
 #: Largest ``data`` / ``upgradeData`` payload in bytes (kas.md §5.3 step 4).
 MAX_CHUNK = 32 * 1024
 _HttpRequest = grpctool_pb2.HttpRequest
+
+
+class UpgradeTap(Protocol):
+    """Sees the bytes of an upgraded connection as they are relayed (a session recorder); must not block."""
+
+    def upgraded(self, headers: HeaderMap) -> None:
+        """The ``101`` answer's headers (canonical names)."""
+
+    def client(self, data: bytes) -> None:
+        """Bytes the client sent, before they go to the agent."""
+
+    def server(self, data: bytes) -> None:
+        """Bytes the agent sent, before they go to the client."""
 
 
 class ResponseStreamError(Exception):
@@ -65,6 +79,7 @@ class ProxyCall:
         extra_headers: headers kas adds to the response (CORS); upstream values never override them.
         response_filter: rewrites the upstream response headers (canonical names, hop-by-hop removed) before
             they are sent, e.g. to drop some ``Set-Cookie``; None keeps them.
+        tap: sees the upgraded connection's bytes both ways (issue 25 item 2), or None.
     """
 
     def __init__(
@@ -74,6 +89,7 @@ class ProxyCall:
         upgrade: bool,
         extra_headers: dict[str, str],
         response_filter: Callable[[HeaderMap], HeaderMap] | None = None,
+        tap: UpgradeTap | None = None,
     ) -> None:
         self._request = request
         self._header: _HttpRequest | None = header
@@ -82,6 +98,7 @@ class ProxyCall:
         self._upgrade = upgrade
         self._extra = extra_headers
         self._response_filter = response_filter
+        self._tap = tap
         self._expect_continue = request.headers.get("Expect", "").lower() == "100-continue"
         self._automaton = StreamAutomaton(grpctool_pb2.HttpResponse)
         self._head_known = asyncio.Event()
@@ -166,6 +183,8 @@ class ProxyCall:
             data = await self.raw.read()
             if data is None:
                 return None
+            if self._tap is not None:
+                self._tap.client(data)
             self._pending = data
         chunk, self._pending = self._pending[:MAX_CHUNK], self._pending[MAX_CHUNK:]
         self.bytes_in += len(chunk)
@@ -203,6 +222,8 @@ class ProxyCall:
         elif kind == "upgradeData":
             if self.raw is None:
                 raise ResponseStreamError("the agent sent upgrade data without switching protocols")
+            if self._tap is not None:
+                self._tap.server(message.upgradeData.data)
             self.bytes_out += len(message.upgradeData.data)
             await self.raw.write(message.upgradeData.data)
 
@@ -237,4 +258,6 @@ class ProxyCall:
         if switching:
             # No await between the 101 write above and the takeover (hijack.py).
             self.raw = hijack(self._request)
+            if self._tap is not None:
+                self._tap.upgraded(upstream)
         self._head_known.set()

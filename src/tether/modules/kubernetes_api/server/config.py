@@ -32,6 +32,11 @@ class KubernetesApiCF(Section):
     #: sharing Redis, before the address gets 429 without a hub call; 0 turns the throttle off. Behind a proxy
     #: or load balancer every client shares its address: raise the limit or throttle there.
     failed_auth_per_source_per_minute: int = Field(default=60, ge=0)
+    #: Tether addition (issue 25 item 2): most bytes kept of one recorded exec/attach session (agents with
+    #: ``audit: {record_sessions: true}``); beyond them the recording stops and is marked incomplete.
+    session_recording_max_bytes: int = Field(default=8 * 1024 * 1024, ge=0)
+    #: Longest wait for the hub to store a finished session's recording; then it is given up (incomplete).
+    session_recording_store_timeout: Duration = Field(default=10.0, gt=0)
 
     @field_validator("url_path_prefix")
     @classmethod

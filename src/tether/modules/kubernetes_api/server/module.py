@@ -39,6 +39,7 @@ class KubernetesApiServerModule:
             api.proxy_paths,
             usage,
             audit=api.audit,
+            gitlab=api.gitlab,
         )
 
     async def start(self) -> None:

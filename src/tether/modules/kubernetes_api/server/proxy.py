@@ -29,7 +29,8 @@ from aiohttp import web
 from tether.modserver.agent_conn import AgentCallError, AgentConn, AgentMethod
 from tether.modserver.api import ProxyPathHandler
 from tether.modserver.audit import REQUEST_KEY, AuditRecord, AuditSink
-from tether.modserver.gitlab_client import ProxyUserAuthorization
+from tether.modserver.gitlab_client import GitlabClient, ProxyUserAuthorization
+from tether.modules.audit.recording.store import store_after_session
 from tether.modules.kubernetes_api.rpc.impersonation import NESTED_IMPERSONATION, carries_impersonation
 from tether.modules.kubernetes_api.server.audit import (
     audit_credentials,
@@ -45,6 +46,7 @@ from tether.modules.kubernetes_api.server.auth import (
 )
 from tether.modules.kubernetes_api.server.config import KubernetesApiCF
 from tether.modules.kubernetes_api.server.cors import cors_headers, is_preflight, preflight_response
+from tether.modules.kubernetes_api.server.recording import session_recorder
 from tether.modules.kubernetes_api.server.request_head import request_header
 from tether.modules.kubernetes_api.server.status import ProxyError, status_response
 from tether.modules.kubernetes_api.server.usage import ProxyUsage
@@ -106,6 +108,7 @@ class KubernetesApiProxy:
         paths: paths under the prefix that kas answers itself (``ServerApi.proxy_paths``).
         usage: counts authorized requests under upstream's usage names, or None.
         audit: where each request is recorded, refused ones too (``ServerApi.audit``; issue 25 item 1).
+        gitlab: the hub's client, where recorded sessions are stored (issue 25 item 2), or None.
     """
 
     def __init__(
@@ -118,10 +121,12 @@ class KubernetesApiProxy:
         paths: Mapping[str, ProxyPathHandler] | None = None,
         usage: ProxyUsage | None = None,
         audit: AuditSink | None = None,
+        gitlab: GitlabClient | None = None,
     ) -> None:
         self._usage = usage
         self._config = config
         self._audit = audit if audit is not None else AuditSink()
+        self._gitlab = gitlab
         self._limiter = limiter if config.failed_auth_per_source_per_minute > 0 else None
         self._failure_limit = per_minute(max(config.failed_auth_per_source_per_minute, 1))
         self._agents = agents
@@ -235,9 +240,20 @@ class KubernetesApiProxy:
                     audit_session(audit, url_path.strip("/"))
                     return await own(request, credentials.agent_id, impersonation, metadata)
                 upgrade = is_upgrade(request.headers.items())
-                call = ProxyCall(request, request_header(request, url_path, impersonation, trace), upgrade, cors)
+                recorder = None
+                if self._gitlab is not None:
+                    recorder = session_recorder(self._config, auth, url_path, upgrade, audit.id)
+                head = request_header(request, url_path, impersonation, trace)
+                call = ProxyCall(request, head, upgrade, cors, tap=recorder)
                 audit.counter = call
-                return await self._forward(request, call, credentials.agent_id, metadata)
+                try:
+                    return await self._forward(request, call, credentials.agent_id, metadata)
+                finally:
+                    if recorder is not None and self._gitlab is not None:
+                        # The session's connection is closed by now: storing holds up nothing of it. The event
+                        # (finished by _handle after this) says whether the recording is whole.
+                        timeout_s = self._config.session_recording_store_timeout
+                        audit.recording = await store_after_session(self._gitlab, recorder, timeout_s)
         except ProxyError as exc:
             log.debug("k8s proxy refused %s %s: %d %s", request.method, request.rel_url.path, exc.code, exc.message)
             return status_response(exc, cors)

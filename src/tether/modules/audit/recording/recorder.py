@@ -1,0 +1,98 @@
+"""The tap on one relayed exec/attach connection: raw bytes into a bounded buffer, an asciicast at the end.
+
+The relay calls :meth:`SessionRecorder.client` / :meth:`SessionRecorder.server` with each chunk it forwards: an
+append to a list, no parsing, no I/O, no await, so recording costs the session next to nothing. Once
+``max_bytes`` are buffered the recorder stops keeping bytes and the recording is incomplete (what came before is
+kept); the session's bytes go on untouched. When the session is over, :meth:`SessionRecorder.encode` parses the
+buffer (``websocket.py`` or ``spdy.py``, chosen by the ``101`` answer's ``Upgrade``) into an asciicast v2 file.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+
+from tether.modules.audit.recording.asciicast import Asciicast
+from tether.modules.audit.recording.channels import ChannelSink
+from tether.modules.audit.recording.spdy import SpdyDemux, SpdyError
+from tether.modules.audit.recording.websocket import WebSocketDemux
+
+__all__ = ["DEFAULT_MAX_BYTES", "SessionRecorder"]
+
+log = logging.getLogger(__name__)
+
+#: Default most bytes (both directions, protocol framing included) kept for one session.
+DEFAULT_MAX_BYTES = 8 * 1024 * 1024
+_CLIENT, _SERVER = True, False
+
+
+class SessionRecorder:
+    """Records one exec/attach session relayed by kas.
+
+    Args:
+        event_id: the session's audit event id (the hub stores the recording under it).
+        agent_id: the agent the session went to.
+        user_id: the user who opened it (0: none).
+        max_bytes: most raw bytes kept; beyond them the recording is incomplete.
+    """
+
+    def __init__(self, event_id: str, agent_id: int, user_id: int, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self.event_id = event_id
+        self.agent_id = agent_id
+        self.user_id = user_id
+        self._max_bytes = max_bytes
+        self._started_unix = time.time()
+        self._started = time.monotonic()
+        self._chunks: list[tuple[float, bool, bytes]] = []
+        self._size = 0
+        self._protocol = ""
+        self._subprotocol = ""
+        #: False once bytes were left out (buffer full) or could not be parsed.
+        self.complete = True
+
+    @property
+    def switched(self) -> bool:
+        """Whether the cluster switched protocols (a session took place)."""
+        return bool(self._protocol)
+
+    def upgraded(self, headers: Mapping[str, Sequence[str]]) -> None:
+        """The ``101`` answer's headers: which protocol the session speaks."""
+        values = {name.lower(): list(value) for name, value in headers.items()}
+        upgrade = (values.get("upgrade") or [""])[0].lower()
+        self._protocol = "spdy" if upgrade.startswith("spdy/") else "websocket"
+        self._subprotocol = (values.get("sec-websocket-protocol") or [""])[0]
+
+    def client(self, data: bytes) -> None:
+        """Bytes the client sent (relayed to the cluster)."""
+        self._keep(_CLIENT, data)
+
+    def server(self, data: bytes) -> None:
+        """Bytes the cluster sent (relayed to the client)."""
+        self._keep(_SERVER, data)
+
+    def _keep(self, direction: bool, data: bytes) -> None:
+        if not self.complete:
+            return
+        if self._size + len(data) > self._max_bytes:
+            self.complete = False
+            return
+        self._size += len(data)
+        self._chunks.append((time.monotonic() - self._started, direction, data))
+
+    def encode(self) -> bytes:
+        """The asciicast v2 file of what was kept; a protocol error ends it there (and marks it incomplete)."""
+        cast = Asciicast(self._started_unix, {"TERM": "xterm-256color"})
+        sink = ChannelSink(cast)
+        demux = SpdyDemux(sink) if self._protocol == "spdy" else WebSocketDemux(sink, self._subprotocol)
+        try:
+            for seconds, direction, data in self._chunks:
+                if direction is _CLIENT:
+                    demux.client(seconds, data)
+                else:
+                    demux.server(seconds, data)
+        except (SpdyError, ValueError) as exc:
+            log.info("session recording %s stops at a protocol error: %s", self.event_id, exc)
+            self.complete = False
+        self._chunks = []
+        return cast.encode()
