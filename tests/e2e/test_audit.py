@@ -83,6 +83,8 @@ async def test_an_event_for_each_kind_of_relayed_request(
     assert listed["source_address"] == "127.0.0.1" and listed["request_id"] and listed["duration_ms"] > 0
     assert listed["path"] == f"/api/v1/namespaces/{k8s_namespace}/configmaps"
     assert user_pat not in json.dumps(events(kas_hub, agent_id), default=str)
+    tokens = kas_hub.db.rows("SELECT id FROM personal_access_tokens WHERE user_id = :u", u=listed["user_id"])
+    assert listed["token_id"] in {row["id"] for row in tokens}, "the id of the token used, never the token"
 
     # Refused: an unknown token (401, no user), with the agent and the kind of token it named.
     refused = proxied.kubectl(proxied.pat("glpat-not-a-token"), "nobody", k8s_namespace)

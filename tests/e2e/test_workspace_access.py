@@ -723,7 +723,7 @@ async def test_requests_for_a_workspace_are_audited_refused_ones_too(connected: 
         "personal_access",
         "workspaces",
     )
-    assert owner["bytes_out"] > 0 and owner["kas_instance"] == env.kas.private_url
+    assert owner["bytes_out"] > 0 and owner["kas_instance"] == env.kas.private_url and owner["token_id"] > 0
     # Refused: the hub said no (no user known to kas), and no credentials at all.
     assert (by_status[403]["user_id"], by_status[403]["token_kind"]) == (0, "personal_access")
     assert (by_status[401]["user_id"], by_status[401]["token_kind"]) == (0, "")

@@ -3,6 +3,7 @@ and CSRF token (kas.md §4.5) gets the same answer as with a personal access tok
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 from urllib.parse import unquote
@@ -53,7 +54,12 @@ def test_a_session_with_its_csrf_token_is_answered_as_a_token_is(
     signed = sign_in(hub, "developer", setup.tokens["developer"])
     response = by_session(hub, setup, signed)
     assert response.status_code == 200, response.text
-    assert response.json() == by_token(hub, setup, "developer")
+    session_answer, token_answer = response.json(), by_token(hub, setup, "developer")
+    # The credential's id (audit trail, issue 25): the session's and the token's own, never the credential.
+    session_id, token_id = session_answer.pop("audit")["credential_id"], token_answer.pop("audit")["credential_id"]
+    assert session_id > 0 and token_id > 0
+    assert signed.kas_cookie not in json.dumps(session_answer)
+    assert session_answer == token_answer
     assert response.json()["user"] == {"id": setup.user_ids["developer"], "username": "developer"}
     escaped = authorize(hub, setup.agent_id, "session_cookie", signed.kas_cookie, signed.csrf_token)
     assert escaped.status_code == 200, "the cookie value is accepted escaped or not"

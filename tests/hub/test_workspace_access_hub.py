@@ -49,6 +49,7 @@ def test_only_the_owner_is_authorized_and_others_cannot_tell_what_exists(hub: Re
         "message": "",
     }
     assert body["user"] == {"id": ws.setup.user_ids["developer"], "username": "developer"}
+    assert body["audit"] == {"credential_id": hub.token_id(owner_token)}, "the token's id for the audit trail"
     assert authorize(hub, "dev-box", owner_token, zone=None).status_code == 200  # the path form
     read_only = hub.token_for(ws.setup.user_ids["developer"], ("read_api",))
     assert authorize(hub, "dev-box", read_only).status_code == 200

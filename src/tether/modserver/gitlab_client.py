@@ -154,6 +154,8 @@ class ProxyUserAuthorization:
         groups: with ``access_as_user``, the groups and the user's roles in each.
         record_sessions: the agent's configuration has ``audit: {record_sessions: true}`` (Tether addition,
             issue 25 item 2): kas records the exec/attach sessions it relays to this agent.
+        credential_id: the hub's id of the token or session the user presented (Tether addition,
+            ``audit.credential_id``, issue 25 item 1); 0 when the hub did not say (upstream GitLab).
     """
 
     agent_id: int
@@ -164,6 +166,7 @@ class ProxyUserAuthorization:
     projects: tuple[RoleGrant, ...] = ()
     groups: tuple[RoleGrant, ...] = ()
     record_sessions: bool = False
+    credential_id: int = 0
 
 
 @dataclass(frozen=True)
@@ -182,6 +185,7 @@ class WorkspaceAuthorization:
         message: why it is ``Failed`` or ``Error``; empty otherwise.
         user_id: the caller, its owner.
         username: the caller's username.
+        credential_id: the hub's id of the token or session the caller used (``audit.credential_id``), or 0.
     """
 
     workspace_id: int
@@ -195,6 +199,7 @@ class WorkspaceAuthorization:
     message: str
     user_id: int
     username: str
+    credential_id: int = 0
 
 
 class GitlabClient:
@@ -536,6 +541,7 @@ def _proxy_user_authorization(data: Any) -> ProxyUserAuthorization:
     # Shape (kas.md §4.5): {"agent": {"id", "config_project": {"id"}}, "user": {"id", "username"},
     #                       "access_as": {"agent": {}} | {"user": {"projects": [...], "groups": [...]}}}
     access_as = data["access_as"]
+    audit = data.get("audit") if isinstance(data.get("audit"), dict) else {}
     if "user" in access_as:
         user_access = access_as["user"] or {}
         projects, groups, as_user = _grants(user_access.get("projects")), _grants(user_access.get("groups")), True
@@ -551,8 +557,14 @@ def _proxy_user_authorization(data: Any) -> ProxyUserAuthorization:
         access_as_user=as_user,
         projects=projects,
         groups=groups,
-        record_sessions=(data.get("audit") or {}).get("record_sessions") is True,
+        record_sessions=audit.get("record_sessions") is True,
+        credential_id=_credential_id(audit.get("credential_id")),
     )
+
+
+def _credential_id(value: Any) -> int:
+    # An id the hub sends, or 0: a malformed one must not refuse an otherwise valid authorization.
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**63 else 0
 
 
 def _workspace_authorization(data: Any) -> WorkspaceAuthorization:
@@ -574,4 +586,7 @@ def _workspace_authorization(data: Any) -> WorkspaceAuthorization:
         message=str(ws.get("message") or ""),
         user_id=int(user["id"]),
         username=str(user["username"]),
+        credential_id=_credential_id(
+            (data.get("audit") if isinstance(data.get("audit"), dict) else {}).get("credential_id")
+        ),
     )

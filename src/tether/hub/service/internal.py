@@ -183,6 +183,9 @@ class ProxyAuthorization:
     groups: list[tuple[int, list[str]]] = field(default_factory=list)
     #: Tether addition (issue 25 item 2): the configuration's ``audit.record_sessions``.
     record_sessions: bool = False
+    #: Tether addition (issue 25 item 1): the id of the personal access token or browser session used, for the
+    #: audit trail (never the credential itself).
+    credential_id: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """The JSON body kas parses."""
@@ -201,8 +204,11 @@ class ProxyAuthorization:
             "user": {"id": self.user_id, "username": self.username},
             "access_as": access_as,
         }
-        if self.record_sessions:  # only then: upstream's shape otherwise
-            answer["audit"] = {"record_sessions": True}
+        # Tether's addition for the audit trail (issue 25 item 1); upstream kas discards unknown fields.
+        audit: dict[str, Any] = {"credential_id": self.credential_id}
+        if self.record_sessions:
+            audit["record_sessions"] = True
+        answer["audit"] = audit
         return answer
 
 
@@ -232,9 +238,9 @@ async def authorize_proxy_user(
         NotFound: no agent ``agent_id``.
     """
     if access_type == ACCESS_PAT:
-        user = await _token_user(session, access_key)
+        user, credential_id = await _token_user(session, access_key)
     elif access_type == ACCESS_SESSION_COOKIE:
-        user = await sessions.proxy_user(session, access_key, csrf_token)
+        user, credential_id = await sessions.proxy_user(session, access_key, csrf_token)
     else:
         raise Unauthorized(f"401 Unauthorized - unknown access_type {access_type[:40]!r}")
     agent = await session.get(ClusterAgent, agent_id)
@@ -265,14 +271,15 @@ async def authorize_proxy_user(
         projects=projects if kind == "user" else [],
         groups=groups if kind == "user" else [],
         record_sessions=record_sessions(config.document if config is not None else {}),
+        credential_id=credential_id,
     )
 
 
-async def _token_user(session: AsyncSession, plain: str) -> User:
+async def _token_user(session: AsyncSession, plain: str) -> tuple[User, int]:
     token, user = await users.active_token(session, plain)
     if SCOPE_K8S_PROXY not in token.scopes:
         raise Forbidden("403 Forbidden - the token needs the k8s_proxy scope")
-    return user
+    return user, token.id
 
 
 async def _authorized_projects(

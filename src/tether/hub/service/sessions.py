@@ -136,8 +136,8 @@ def check_csrf(active: ActiveSession, csrf_token: str) -> None:
         raise Unauthorized("401 Unauthorized - the CSRF token does not belong to this session")
 
 
-async def proxy_user(session: AsyncSession, kas_cookie: str, csrf_token: str) -> User:
-    """The user behind kas' ``session_cookie`` credential (kas.md §4.5).
+async def proxy_user(session: AsyncSession, kas_cookie: str, csrf_token: str) -> tuple[User, int]:
+    """The user behind kas' ``session_cookie`` credential (kas.md §4.5) and the session's id (for the audit trail).
 
     Args:
         session: open transaction.
@@ -149,7 +149,7 @@ async def proxy_user(session: AsyncSession, kas_cookie: str, csrf_token: str) ->
     """
     active = await active_session(session, session_tokens.session_id_from_kas_cookie(kas_cookie))
     check_csrf(active, csrf_token)
-    return active.user
+    return active.user, active.row.id
 
 
 async def sign_out(session: AsyncSession, active: ActiveSession) -> None:

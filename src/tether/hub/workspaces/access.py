@@ -47,11 +47,13 @@ class WorkspaceAccess:
         workspace: the workspace.
         ports: its Service ports.
         user: the caller.
+        credential_id: the id of the token or hub session the caller used (the audit trail, issue 25).
     """
 
     workspace: Workspace
     ports: list[int]
     user: User
+    credential_id: int
 
     def to_json(self) -> dict[str, Any]:
         """The JSON body kas parses (``WorkspaceAuthorization`` in kas' hub client)."""
@@ -70,6 +72,7 @@ class WorkspaceAccess:
                 "message": ws.actual_state_message,
             },
             "user": {"id": self.user.id, "username": self.user.username},
+            "audit": {"credential_id": self.credential_id},
         }
 
 
@@ -85,15 +88,15 @@ def exposed_ports(ws: Workspace) -> list[int]:
     return sorted(ports)
 
 
-async def _token_user(session: AsyncSession, token: str) -> User:
+async def _token_user(session: AsyncSession, token: str) -> tuple[User, int]:
     row, user = await users.active_token(session, token)
     if not set(row.scopes) & ACCESS_SCOPES:
         log.info("workspace access refused: token %d has neither scope api nor read_api", row.id)
         raise Unauthorized("401 Unauthorized - the token needs scope api or read_api")
-    return user
+    return user, row.id
 
 
-async def _session_user(session: AsyncSession, cookie: str, secret: bytes) -> User:
+async def _session_user(session: AsyncSession, cookie: str, secret: bytes) -> tuple[User, int]:
     try:
         claims = WorkspaceSession.read(cookie, secret)
     except JwtError as exc:
@@ -104,7 +107,7 @@ async def _session_user(session: AsyncSession, cookie: str, secret: bytes) -> Us
     user = await session.get_one(User, row.user_id)
     if user.state != "active":
         raise Unauthorized("401 Unauthorized - user is blocked")
-    return user
+    return user, row.id
 
 
 async def authorize_workspace_user(
@@ -127,9 +130,9 @@ async def authorize_workspace_user(
         Forbidden: the caller owns no workspace ``name`` (in ``dns_zone``): it does not exist, or is another's.
     """
     if access_type == ACCESS_PAT:
-        user = await _token_user(session, access_key)
+        user, credential_id = await _token_user(session, access_key)
     elif access_type == ACCESS_SESSION:
-        user = await _session_user(session, access_key, secret)
+        user, credential_id = await _session_user(session, access_key, secret)
     else:
         raise Unauthorized(f"401 Unauthorized - unknown access_type {access_type[:40]!r}")
     query = select(Workspace).where(Workspace.name == name, Workspace.user_id == user.id)
@@ -145,4 +148,4 @@ async def authorize_workspace_user(
     if not rows:
         log.info("workspace access refused: user %d owns no workspace %s", user.id, name)
         raise Forbidden(_NOT_OWNER)
-    return WorkspaceAccess(rows[0], exposed_ports(rows[0]), user)
+    return WorkspaceAccess(rows[0], exposed_ports(rows[0]), user, credential_id)

@@ -44,6 +44,6 @@ def audit_identity(
     record: AuditRecord, auth: ProxyUserAuthorization, impersonation: rpc_pb2.ImpersonationConfig | None
 ) -> None:
     """The user the hub authenticated and the identity the request uses at the cluster."""
-    record.user_id, record.username = auth.user_id, auth.username
+    record.user_id, record.username, record.token_id = auth.user_id, auth.username, auth.credential_id
     if impersonation is not None:
         record.impersonated = (impersonation.username, tuple(impersonation.groups))

@@ -32,7 +32,7 @@ def audit_credentials(record: AuditRecord, credentials: Credentials) -> None:
 
 def audit_workspace(record: AuditRecord, ws: WorkspaceAuthorization) -> None:
     """The hub's answer: the owner (the caller), the workspace's agent and namespace."""
-    record.user_id, record.username = ws.user_id, ws.username
+    record.user_id, record.username, record.token_id = ws.user_id, ws.username, ws.credential_id
     record.agent_id = ws.agent_id
     record.namespace, record.name = ws.namespace, ws.name
     record.resource = "workspaces"
