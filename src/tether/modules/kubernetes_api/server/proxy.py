@@ -30,7 +30,7 @@ from tether.modserver.agent_conn import AgentCallError, AgentConn, AgentMethod
 from tether.modserver.api import ProxyPathHandler
 from tether.modserver.audit import REQUEST_KEY, AuditRecord, AuditSink
 from tether.modserver.gitlab_client import GitlabClient, ProxyUserAuthorization
-from tether.modules.audit.recording.store import store_after_session
+from tether.modules.audit import store_after_session
 from tether.modules.kubernetes_api.rpc.impersonation import NESTED_IMPERSONATION, carries_impersonation
 from tether.modules.kubernetes_api.server.audit import (
     audit_credentials,

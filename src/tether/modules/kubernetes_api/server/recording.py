@@ -9,7 +9,7 @@ import re
 import uuid
 
 from tether.modserver.gitlab_client import ProxyUserAuthorization
-from tether.modules.audit.recording.recorder import SessionRecorder
+from tether.modules.audit import SessionRecorder
 from tether.modules.kubernetes_api.server.config import KubernetesApiCF
 
 __all__ = ["session_recorder"]
