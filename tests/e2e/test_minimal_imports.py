@@ -33,6 +33,7 @@ KAS_UNUSED = (
     "sqlalchemy",
     "tether_devenv",
     "opentelemetry",  # tracing is off by default: its SDK loads only when an OTLP endpoint is configured
+    "websockets",  # parses recorded exec/attach sessions: loads with the first one
 )
 #: Loaded by the first graph request or by kas only.
 AGENTK_UNUSED = (
@@ -49,6 +50,7 @@ AGENTK_UNUSED = (
     "sqlalchemy",
     "tether_devenv",
     "opentelemetry",
+    "websockets",
 )
 
 

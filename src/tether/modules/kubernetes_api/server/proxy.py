@@ -30,7 +30,7 @@ from tether.modserver.agent_conn import AgentCallError, AgentConn, AgentMethod
 from tether.modserver.api import ProxyPathHandler
 from tether.modserver.audit import REQUEST_KEY, AuditRecord, AuditSink
 from tether.modserver.gitlab_client import GitlabClient, ProxyUserAuthorization
-from tether.modules.audit import store_after_session
+from tether.modules import audit as audit_module  # its recording code loads with the first recorded session
 from tether.modules.kubernetes_api.rpc.impersonation import NESTED_IMPERSONATION, carries_impersonation
 from tether.modules.kubernetes_api.server.audit import (
     audit_credentials,
@@ -253,7 +253,7 @@ class KubernetesApiProxy:
                         # The session's connection is closed by now: storing holds up nothing of it. The event
                         # (finished by _handle after this) says whether the recording is whole.
                         timeout_s = self._config.session_recording_store_timeout
-                        audit.recording = await store_after_session(self._gitlab, recorder, timeout_s)
+                        audit.recording = await audit_module.store_after_session(self._gitlab, recorder, timeout_s)
         except ProxyError as exc:
             log.debug("k8s proxy refused %s %s: %d %s", request.method, request.rel_url.path, exc.code, exc.message)
             return status_response(exc, cors)

@@ -9,7 +9,7 @@ import re
 import uuid
 
 from tether.modserver.gitlab_client import ProxyUserAuthorization
-from tether.modules.audit import SessionRecorder
+from tether.modules import audit
 from tether.modules.kubernetes_api.server.config import KubernetesApiCF
 
 __all__ = ["session_recorder"]
@@ -20,7 +20,7 @@ _SESSION_PATH = re.compile(r"^/api/v1/namespaces/[^/]+/pods/[^/]+/(exec|attach)/
 
 def session_recorder(
     config: KubernetesApiCF, auth: ProxyUserAuthorization, url_path: str, upgrade: bool, event_id: str = ""
-) -> SessionRecorder | None:
+) -> audit.SessionRecorder | None:
     """A recorder for this request, or None when it is not a recorded session.
 
     Args:
@@ -32,6 +32,6 @@ def session_recorder(
     """
     if not (upgrade and auth.record_sessions and _SESSION_PATH.match(url_path)):
         return None
-    return SessionRecorder(
+    return audit.SessionRecorder(  # imported here, with the first recorded session
         event_id or uuid.uuid4().hex, auth.agent_id, auth.user_id, config.session_recording_max_bytes
     )
