@@ -177,6 +177,12 @@ def impersonation_for(auth: ProxyUserAuthorization, access_type: str) -> rpc_pb2
 _Outcome = ProxyUserAuthorization | ProxyError
 
 
+def _key(credentials: ProxyCredentials) -> bytes:
+    """The cache key of ``credentials``: a digest, so the cache holds no token."""
+    fields = (str(credentials.agent_id), credentials.access_type, credentials.access_key, credentials.csrf_token)
+    return hashlib.sha256("\0".join(fields).encode()).digest()
+
+
 class ProxyUserAuthorizer:
     """Checks credentials with the hub's ``authorize_proxy_user``, caching answers in process memory.
 
@@ -207,6 +213,14 @@ class ProxyUserAuthorizer:
         )
         self._inflight: dict[bytes, asyncio.Future[_Outcome]] = {}
 
+    def granted(self, credentials: ProxyCredentials) -> ProxyUserAuthorization | None:
+        """The hub's cached success for exactly these ``credentials``, or None (never asked, refused or expired).
+
+        Costs no I/O: the proxy uses it to skip its failed-credentials throttle for credentials the hub has
+        already accepted, which cannot be guesses (issue 28 item 2).
+        """
+        return self._cache.get(_key(credentials)) if self._cache is not None else None
+
     async def authorize(self, credentials: ProxyCredentials) -> ProxyUserAuthorization:
         """Return the hub's answer for ``credentials``.
 
@@ -214,11 +228,7 @@ class ProxyUserAuthorizer:
             ProxyError: 401 (hub answered 401, 403 or 404: unknown credentials, or no access to the agent),
                 500 (any other hub failure, or the hub is unreachable).
         """
-        key = hashlib.sha256(
-            "\0".join(
-                (str(credentials.agent_id), credentials.access_type, credentials.access_key, credentials.csrf_token)
-            ).encode()
-        ).digest()
+        key = _key(credentials)
         outcome: _Outcome | None = self._cache.get(key) if self._cache is not None else None
         if outcome is None and self._refusals is not None:
             outcome = self._refusals.get(key)

@@ -261,8 +261,32 @@ class KubernetesApiProxy:
     async def _authenticate(
         self, request: web.BaseRequest, audit: AuditRecord
     ) -> tuple[ProxyUserAuthorization, ProxyCredentials]:
-        """Credentials and the hub's answer; a source with too many refusals gets 429 without a hub call."""
+        """Credentials and the hub's answer; a source with too many refusals gets 429 without a hub call.
+
+        Credentials the hub has already accepted (a success in the authorizer's cache) skip the throttle: they
+        cannot be a guess, and its Redis round trip was a tenth of kas' work on a small request (issue 28).
+        """
         source = request.remote or "unknown"
+        try:
+            credentials = credentials_from(request.headers, request.rel_url.query, request.cookies)
+        except ProxyError:
+            await self._refuse_throttled(source)
+            await self._count_refusal(source)
+            raise
+        audit_credentials(audit, credentials.agent_id, credentials.access_type)
+        granted = self._authorizer.granted(credentials)
+        if granted is not None:
+            return granted, credentials
+        await self._refuse_throttled(source)
+        try:
+            return await self._authorizer.authorize(credentials), credentials
+        except ProxyError as exc:
+            if exc.code == 401:
+                await self._count_refusal(source)
+            raise
+
+    async def _refuse_throttled(self, source: str) -> None:
+        """Raise 429 if ``source`` had more than the allowed refused credentials in the last minute."""
         if self._limiter is not None and not await self._limiter.allows(
             "proxy_auth_failures", self._failure_limit, source
         ):
@@ -272,14 +296,10 @@ class KubernetesApiProxy:
                 "this address; try again later",
                 {"Retry-After": "60"},
             )
-        try:
-            credentials = credentials_from(request.headers, request.rel_url.query, request.cookies)
-            audit_credentials(audit, credentials.agent_id, credentials.access_type)
-            return await self._authorizer.authorize(credentials), credentials
-        except ProxyError as exc:
-            if exc.code == 401 and self._limiter is not None:
-                await self._limiter.hit("proxy_auth_failures", self._failure_limit, source)
-            raise
+
+    async def _count_refusal(self, source: str) -> None:
+        if self._limiter is not None:
+            await self._limiter.hit("proxy_auth_failures", self._failure_limit, source)
 
     def _strip_prefix(self, path: str) -> str:
         if not path.startswith(self._prefix):
