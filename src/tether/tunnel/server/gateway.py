@@ -20,7 +20,7 @@ from tether.tool.grpc_meta import Metadata, MetadataIn
 from tether.tool.logs import bind
 from tether.tool.status import StatusError
 from tether.tunnel.server.metadata import RoutingMetadataError, forwardable, routing_agent_id, split_method
-from tether.tunnel.server.registry import RegistryStopped, TunnelRegistry
+from tether.tunnel.server.registry import FindHandle, RegistryStopped, TunnelRegistry
 from tether.tunnel.server.tunnel import Tunnel, TunnelBroken, ValuesMap
 
 log = logging.getLogger(__name__)
@@ -43,24 +43,79 @@ class GatewayError(StatusError):
     """The request cannot be served; ``code`` and ``message`` become the RPC status."""
 
 
-class _Sink:
-    """Wraps agentk's answer into ``GatewayKasResponse`` messages, remembering how far it got."""
+class LocalCaller(Protocol):
+    """A call of this kas relayed straight onto one of its own tunnels (:meth:`Gateway.forward_reserved`)."""
 
-    def __init__(self, peer: RoutingPeer) -> None:
-        self._peer = peer
+    async def read(self) -> bytes | None:
+        """Next raw request message, or None after the caller's half-close."""
+
+    async def send_header(self, meta: ValuesMap) -> None:
+        """Deliver agentk's response headers."""
+
+    async def write(self, data: bytes) -> None:
+        """Deliver one raw response message."""
+
+    async def set_trailer(self, meta: ValuesMap) -> None:
+        """Deliver agentk's trailers."""
+
+
+class _Sink:
+    """Where agentk's answer goes, remembering how far it got."""
+
+    def __init__(self) -> None:
         self.header_sent = False
         self.trailer_sent = False
 
     async def header(self, meta: ValuesMap) -> None:
         self.header_sent = True
+        await self._header(meta)
+
+    async def trailer(self, meta: ValuesMap) -> None:
+        self.trailer_sent = True
+        await self._trailer(meta)
+
+    async def message(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    async def _header(self, meta: ValuesMap) -> None:
+        raise NotImplementedError
+
+    async def _trailer(self, meta: ValuesMap) -> None:
+        raise NotImplementedError
+
+
+class _PeerSink(_Sink):
+    """Wraps agentk's answer into ``GatewayKasResponse`` messages for the routing kas."""
+
+    def __init__(self, peer: RoutingPeer) -> None:
+        super().__init__()
+        self._peer = peer
+
+    async def _header(self, meta: ValuesMap) -> None:
         await self._peer.write(Response(header=Response.Header(meta=meta)))
 
     async def message(self, data: bytes) -> None:
         await self._peer.write(Response(message=Response.Message(data=data)))
 
-    async def trailer(self, meta: ValuesMap) -> None:
-        self.trailer_sent = True
+    async def _trailer(self, meta: ValuesMap) -> None:
         await self._peer.write(Response(trailer=Response.Trailer(meta=meta)))
+
+
+class _CallerSink(_Sink):
+    """Hands agentk's answer straight to a call of this kas (no gateway frames)."""
+
+    def __init__(self, caller: LocalCaller) -> None:
+        super().__init__()
+        self._caller = caller
+
+    async def _header(self, meta: ValuesMap) -> None:
+        await self._caller.send_header(meta)
+
+    async def message(self, data: bytes) -> None:
+        await self._caller.write(data)
+
+    async def _trailer(self, meta: ValuesMap) -> None:
+        await self._caller.set_trailer(meta)
 
 
 class Gateway:
@@ -108,24 +163,64 @@ class Gateway:
             except Exception as exc:
                 raise GatewayError(grpc.StatusCode.INVALID_ARGUMENT, "expected StartStreaming") from exc
             tunnel = handle.use()
-            await self._forward(tunnel, full_method, metadata, peer)
+            status = await self._forward(tunnel, full_method, metadata, peer, _PeerSink(peer))
+            if status is not None:
+                await peer.write(Response(error=Response.Error(status=status)))
         finally:
             handle.done()
 
-    async def _forward(self, tunnel: Tunnel, full_method: str, metadata: MetadataIn | None, peer: RoutingPeer) -> None:
+    def reserve_now(self, agent_id: int, full_method: str) -> FindHandle | None:
+        """An idle tunnel of ``agent_id`` reserved at once, or None (none idle here, or kas is shutting down).
+
+        The routing kas' fast path (issue 28): a call for an agent with an idle tunnel on this very kas skips
+        the gateway protocol (``TunnelReady``, ``StartStreaming`` and every answer frame wrapped, queued and
+        unwrapped between two tasks) and goes straight onto the tunnel with :meth:`forward_reserved`; the
+        tunnel, the metadata agentk sees and the statuses are those of :meth:`serve`. Call ``done()`` on the
+        handle afterwards.
+
+        Raises:
+            ValueError: ``full_method`` is not ``/service/method``.
+        """
+        service, method = split_method(full_method)
+        try:
+            handle = self._registry.find(agent_id, service, method)
+        except RegistryStopped:
+            return None
+        if handle.found_now:
+            return handle
+        handle.done()
+        return None
+
+    async def forward_reserved(
+        self, handle: FindHandle, full_method: str, metadata: MetadataIn | None, caller: LocalCaller
+    ) -> status_pb2.Status | None:
+        """Relay a call of this kas on the tunnel of :meth:`reserve_now`; agentk's failure status, or None.
+
+        A tunnel that breaks during the call gives ``UNAVAILABLE``, as through :meth:`serve`.
+        """
+        return await self._forward(handle.use(), full_method, metadata, caller, _CallerSink(caller))
+
+    async def _forward(
+        self,
+        tunnel: Tunnel,
+        full_method: str,
+        metadata: MetadataIn | None,
+        incoming: LocalCaller | RoutingPeer,
+        sink: _Sink,
+    ) -> status_pb2.Status | None:
         tracer = tracing.TRACER
         if tracer is None:
-            await self._forward_call(tunnel, full_method, forwardable(metadata), peer)
-            return
+            return await self._forward_call(tunnel, full_method, forwardable(metadata), incoming, sink)
         # The gateway kas' hop as a server span, a child of the routing kas' span (issue 25 item 3).
         attributes: dict[str, str | int] = {"rpc.method": full_method, "tether.agent_id": tunnel.agent_id}
         span = tracer.start(f"kas gateway {full_method}", "server", metadata or (), attributes)
         try:
             status = await self._forward_call(
-                tunnel, full_method, tracing.with_trace(forwardable(metadata), span.carrier()), peer
+                tunnel, full_method, tracing.with_trace(forwardable(metadata), span.carrier()), incoming, sink
             )
             if status is not None:
                 span.grpc_status(status.code, status.message)
+            return status
         except asyncio.CancelledError:
             span.set("tether.caller_gone", True)  # the routing kas ended the call: no failure here
             raise
@@ -136,19 +231,14 @@ class Gateway:
             span.end()
 
     async def _forward_call(
-        self, tunnel: Tunnel, full_method: str, metadata: Metadata, peer: RoutingPeer
+        self, tunnel: Tunnel, full_method: str, metadata: Metadata, incoming: LocalCaller | RoutingPeer, sink: _Sink
     ) -> status_pb2.Status | None:
-        sink = _Sink(peer)
-        status: status_pb2.Status | None
         # The call now runs on behalf of the tunnel's agentk connection too (issue 9 item 6).
         with bind(agent_id=tunnel.agent_id, connection_id=tunnel.connection_id):
             try:
-                status = await tunnel.forward(full_method, metadata, peer, sink)
+                return await tunnel.forward(full_method, metadata, incoming, sink)
             except TunnelBroken as exc:
                 log.info("tunnel broke during forwarding: %s", exc.message)
-                status = status_pb2.Status(code=exc.code.value[0], message=exc.message)
                 if sink.header_sent and not sink.trailer_sent:
                     await sink.trailer({})
-            if status is not None:
-                await peer.write(Response(error=Response.Error(status=status)))
-        return status
+                return status_pb2.Status(code=exc.code.value[0], message=exc.message)

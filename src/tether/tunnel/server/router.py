@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -208,6 +208,16 @@ class Router:
         timeout = default if timeout_s is None else max(timeout_s - min(0.2, timeout_s * 0.1), 0)
         if timeout_s is not None:
             outgoing = (*outgoing, timeout_entry(timeout_s))  # agentk bounds its own call by it too
+        handle = self._gateway.reserve_now(agent_id, full_method)
+        if handle is not None:
+            # The usual case: the agent has an idle tunnel on this kas. The call goes straight onto it, without the
+            # gateway protocol between two tasks of this process (issue 28: small requests).
+            ROUTING_DURATION.labels(status="success").observe(loop.time() - started)
+            try:
+                forward = self._gateway.forward_reserved(handle, full_method, outgoing, caller)
+                return await self._within(started, timeout_s, forward)
+            finally:
+                handle.done()
         try:
             call, automaton = await self._find(agent_id, full_method, outgoing, timeout)
         except RoutingError:
@@ -218,12 +228,18 @@ class Router:
             ROUTING_DURATION.labels(status="aborted").observe(loop.time() - started)
             raise
         ROUTING_DURATION.labels(status="success").observe(loop.time() - started)
+        return await self._within(started, timeout_s, self._relay(call, automaton, caller))
+
+    @staticmethod
+    async def _within(
+        started: float, timeout_s: float | None, relay: Coroutine[Any, Any, status_pb2.Status | None]
+    ) -> status_pb2.Status | None:
+        """Run ``relay``; the caller's deadline bounds the whole call, not only the wait for a tunnel (issue 9)."""
         if timeout_s is None:
-            return await self._relay(call, automaton, caller)
-        # The caller's deadline bounds the whole call, not only the wait for a tunnel (issue 9 item 7).
+            return await relay
         try:
             async with asyncio.timeout_at(started + timeout_s):
-                return await self._relay(call, automaton, caller)
+                return await relay
         except TimeoutError:
             raise RoutingError(
                 grpc.StatusCode.DEADLINE_EXCEEDED, f"the request's {timeout_s:g} s timeout expired during the call"
