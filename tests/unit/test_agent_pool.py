@@ -19,9 +19,13 @@ class FakeConnection:
         self.fail = fail
         self.stopped = False
         self.aborted = False
+        self.ran = False
+        self.running = asyncio.Event()
         self._ended = asyncio.Event()
 
     async def run(self) -> None:
+        self.ran = True
+        self.running.set()
         if self.fail:
             raise RuntimeError("loop crashed")
         await self._ended.wait()
@@ -168,8 +172,49 @@ async def test_stop_gives_busy_connections_a_grace_period_then_aborts() -> None:
     factory.made[0].listener.on_active()
     await pool.stop(grace_s=0.01)
     assert all(c.stopped for c in factory.made)
-    assert all(c.aborted for c in factory.made)
+    # The ten of the scale-up were stopped before their start came round: nothing of theirs ran to abort.
+    assert [c.aborted for c in factory.made] == [c.ran for c in factory.made] == [True, True] + [False] * 10
     assert pool.stats == PoolStats(idle=0, active=0, total=0)
+
+
+async def test_scale_up_connections_start_after_the_triggering_call_had_its_turn() -> None:
+    """Issue 28: ten tunnels opening in the same event-loop turn as a new agent's first call delayed its answer."""
+    factory = Factory()
+    pool = ConnectionPool(factory, scale_up_delay_s=3600.0)
+    pool.start()
+    await asyncio.sleep(0)
+    factory.made[0].listener.on_active()
+    assert pool.stats == PoolStats(idle=11, active=1, total=12)  # counted at once, as upstream's rule says
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert [c.ran for c in factory.made] == [True, True] + [False] * 10
+    await pool.stop()
+    assert not any(c.ran for c in factory.made[2:])
+
+
+async def test_scale_up_connections_do_start() -> None:
+    factory = Factory()
+    pool = ConnectionPool(factory, scale_up_delay_s=0.001)
+    pool.start()
+    factory.made[0].listener.on_active()
+    await asyncio.gather(*(c.running.wait() for c in factory.made))  # bounded by the test's timeout
+    assert pool.stats == PoolStats(idle=11, active=1, total=12)
+    await pool.stop()
+
+
+async def test_a_scale_up_stopped_before_its_start_never_runs_and_is_forgotten() -> None:
+    factory = Factory()
+    pool = ConnectionPool(factory, limits=PoolLimits(max_idle_time_s=0.0), scale_up_delay_s=0.001)
+    pool.start()
+    factory.made[0].listener.on_active()
+    factory.made[0].listener.on_idle()
+    assert pool.sweep_idle() == 10  # the extras, idle "too long" with a zero idle time, before their start
+    await asyncio.sleep(0.01)
+    stopped = [c for c in factory.made[2:] if c.stopped]
+    assert len(stopped) >= 9 and not any(c.ran for c in stopped)
+    assert pool.stats == PoolStats(idle=2, active=0, total=2)
+    await pool.stop()
+    assert not pool._slots  # no bookkeeping left for connections that never ran
 
 
 async def test_stop_without_busy_connections_does_not_abort() -> None:

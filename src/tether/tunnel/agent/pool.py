@@ -58,6 +58,10 @@ class PooledConnection(Protocol):
 ConnectionFactory = Callable[[TunnelListener], PooledConnection]
 
 
+#: Seconds between a scale-up and the start of its connections (the triggering call's answer goes first).
+SCALE_UP_DELAY_S = 0.005
+
+
 @dataclass(frozen=True)
 class PoolLimits:
     """Pool sizing, defaults from upstream ``agent/factory.go`` (kas.md §1.4).
@@ -120,6 +124,7 @@ class ConnectionPool:
         factory: builds a connection reporting to the listener it is given.
         limits: sizing rules.
         clock: monotonic seconds, injectable for tests.
+        scale_up_delay_s: seconds between a scale-up and the start of its connections (counted at once).
 
     Use inside a running event loop: :meth:`start`, then :meth:`stop` once.
     """
@@ -130,8 +135,10 @@ class ConnectionPool:
         *,
         limits: PoolLimits | None = None,
         clock: Callable[[], float] = time.monotonic,
+        scale_up_delay_s: float = SCALE_UP_DELAY_S,
     ) -> None:
         self._factory = factory
+        self._scale_up_delay_s = scale_up_delay_s
         self._limits = limits or PoolLimits()
         self._clock = clock
         self._slots: dict[int, _Slot] = {}
@@ -209,17 +216,26 @@ class ConnectionPool:
                     slot.connection.abort()
             await asyncio.wait(pending)
 
-    def _start_connections(self, count: int) -> None:
+    def _start_connections(self, count: int, delay_s: float = 0.0) -> None:
+        loop = asyncio.get_running_loop()
         for _ in range(count):
             slot = _Slot(self, next(self._numbers), self._clock())
             self._slots[slot.number] = slot
             self._idle += 1
-            connection = self._factory(slot)
-            slot.connection = connection
-            slot.task = asyncio.create_task(connection.run(), name=f"tunnel-{slot.number}")
-            slot.task.add_done_callback(functools.partial(self._on_exit, slot))
+            slot.connection = self._factory(slot)
+            if delay_s > 0:
+                loop.call_later(delay_s, self._run_slot, slot)
+            else:
+                self._run_slot(slot)
         if count:
             _log.debug("tunnels_started", count=count, idle=self._idle, active=self._active)
+
+    def _run_slot(self, slot: _Slot) -> None:
+        if slot.state is _State.STOPPED or self._closing or slot.connection is None:
+            self._slots.pop(slot.number, None)  # stopped before its start came round: nothing runs
+            return
+        slot.task = asyncio.create_task(slot.connection.run(), name=f"tunnel-{slot.number}")
+        slot.task.add_done_callback(functools.partial(self._on_exit, slot))
 
     def _on_active(self, slot: _Slot) -> None:
         if slot.state is not _State.IDLE:
@@ -283,4 +299,6 @@ class ConnectionPool:
         if self._closing or self._idle >= self._limits.min_idle:
             return
         room = self._limits.max_connections - (self._idle + self._active)
-        self._start_connections(max(0, min(self._limits.scale_up_step, room)))
+        # The call that made a tunnel active is answered first: ten tunnels opening at once in this event loop
+        # delayed a new agent's first answer by about 1 ms (issue 28, wake-up). They count as idle already.
+        self._start_connections(max(0, min(self._limits.scale_up_step, room)), self._scale_up_delay_s)
