@@ -11,9 +11,11 @@ import itertools
 import os
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+import redis.asyncio as aioredis
 
 from tether.tool.rate_limit import RateLimiter, per_minute
 from tether_devenv.redis_server import RedisServer
@@ -34,6 +36,47 @@ async def test_a_burst_of_checks_is_counted_not_failed_open(redis_url: str) -> N
     results = await asyncio.gather(*(limiter.hit("agent_rpc", limit, "token-digest") for _ in range(600)))
     assert storage_errors() == errors_before
     assert results.count(True) == 250 and results.count(False) == 350
+
+
+async def commands_run(redis_url: str, run: Callable[[], Awaitable[object]]) -> int:
+    """Commands Redis ran (its own ``commandstats``) while ``run()`` ran."""
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+
+        async def total() -> int:
+            stats = await client.info("commandstats")
+            return sum(int(entry["calls"]) for name, entry in stats.items() if name.startswith("cmdstat_eval"))
+
+        before = await total()
+        await run()
+        return await total() - before
+    finally:
+        await client.aclose()
+
+
+async def test_a_busy_token_takes_its_permits_in_blocks(redis_url: str) -> None:
+    """Issue 28: one Redis round trip per tunnel an agent opened (a tunnel per forwarded call); now one per block."""
+    limiter = RateLimiter(redis_url, f"lease{time.monotonic_ns()}:rate_limit")
+    limit = per_minute(40_000)
+    results: list[bool] = []
+
+    async def hits() -> None:
+        results.extend([await limiter.hit("agent_rpc", limit, "busy-token") for _ in range(32)])
+        results.extend(await asyncio.gather(*(limiter.hit("agent_rpc", limit, "busy-token") for _ in range(32))))
+
+    assert await commands_run(redis_url, hits) == 4  # 64 hits, blocks of 16
+    assert all(results)
+
+
+async def test_blocks_never_let_more_than_the_limit_through_across_processes(redis_url: str) -> None:
+    """Two kas share one limit: permits are taken before they are spent, so together they never pass it."""
+    prefix = f"shared{time.monotonic_ns()}:rate_limit"
+    kas1, kas2 = RateLimiter(redis_url, prefix), RateLimiter(redis_url, prefix)
+    limit = per_minute(640)  # blocks of 10
+    allowed = 0
+    for kas in itertools.islice(itertools.cycle((kas1, kas2)), 1_000):
+        allowed += await kas.hit("agent_rpc", limit, "token")
+    assert 640 - 2 * 10 <= allowed <= 640, allowed
 
 
 async def test_a_small_pool_makes_checks_wait_instead_of_failing(redis_url: str) -> None:

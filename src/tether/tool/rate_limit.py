@@ -22,6 +22,7 @@ from limits.aio.strategies import SlidingWindowCounterRateLimiter
 from prometheus_client import Counter
 
 from tether.tool.circuit_breaker import CircuitBreaker
+from tether.tool.rate_lease import PermitLeases, lease_size
 
 if TYPE_CHECKING:
     from tether.tool.redis_pool import RedisTarget
@@ -70,6 +71,7 @@ class RateLimiter:
         pool_timeout_s: float = 5.0,
     ) -> None:
         self._local = SlidingWindowCounterRateLimiter(MemoryStorage())
+        self._leases = PermitLeases()
         self._shared: SlidingWindowCounterRateLimiter | None = None
         self._breaker: CircuitBreaker | None = None
         if redis is not None:
@@ -99,29 +101,43 @@ class RateLimiter:
     async def hit(self, name: str, limit: RateLimitItem, key: str) -> bool:
         """Count one hit of ``key`` against ``limit``; False when the limit is exceeded (the hit is refused).
 
+        With shared counts and a limit of 128 or more per window, permits are taken from Redis in blocks of up to
+        16 and spent here (:mod:`tether.tool.rate_lease`): one round trip per block, never more than the limit.
+
         Args:
             name: the limit's name (metric label and key part), e.g. ``agent_rpc``.
             limit: e.g. :func:`per_minute` (40000).
             key: what is limited, e.g. a token digest in hex or a source address.
         """
+        size = lease_size(limit.amount)
+        if size > 1 and self._shared is not None:
+            # A busy key takes its permits from Redis in blocks (tool/rate_lease.py): never more than the limit.
+            async def refill(cost: int) -> bool:
+                return await self._check("hit", name, limit, key, cost=cost, counted=False)
+
+            if await self._leases.take((name, key), size, refill):
+                return True
         return await self._check("hit", name, limit, key)
 
     async def allows(self, name: str, limit: RateLimitItem, key: str) -> bool:
         """Whether ``key`` is under ``limit``, without counting a hit (check first; :meth:`hit` on failure)."""
         return await self._check("test", name, limit, key)
 
-    async def _check(self, how: str, name: str, limit: RateLimitItem, key: str) -> bool:
+    async def _check(
+        self, how: str, name: str, limit: RateLimitItem, key: str, cost: int = 1, counted: bool = True
+    ) -> bool:
+        """``hit`` (``cost`` permits) or ``test``; ``counted``: a refusal counts in ``tether_rate_limited_total``."""
         allowed: bool | None = None
         if self._shared is not None and self._breaker is not None:
             shared: Callable[..., Awaitable[bool]] = getattr(self._shared, how)
             try:
-                allowed = await self._breaker.call(lambda: shared(limit, name, key))
+                allowed = await self._breaker.call(lambda: shared(limit, name, key, cost=cost))
             except Exception:  # CircuitOpen, or the error that opened the circuit (the breaker logged it)
                 _STORAGE_ERRORS.inc()
         if allowed is None:
             local: Callable[..., Awaitable[bool]] = getattr(self._local, how)
-            allowed = await local(limit, name, key)
-        if not allowed:
+            allowed = await local(limit, name, key, cost=cost)
+        if not allowed and counted:
             RATE_LIMITED.labels(limit=name).inc()
         return allowed
 
