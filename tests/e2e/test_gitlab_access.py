@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -56,18 +57,21 @@ def meta(token: str) -> tuple[tuple[str, str], ...]:
 
 
 async def raw_call(kas: KasProc, token: str, messages: list[grpctool_pb2.HttpRequest]) -> grpc.StatusCode:
-    async def stream() -> AsyncIterator[grpctool_pb2.HttpRequest]:
-        for message in messages:
-            yield message
+    """kas' status for ``messages``, through grpcio's blocking client in a thread. kas may refuse after the first
+    message; grpcio.aio then fails the next write with its own INTERNAL ("Failed execute_batch") and loses kas'
+    status, while the blocking client stops writing and reports kas' status (the flake seen in CI)."""
 
-    async with aio.insecure_channel(kas.agent_address.removeprefix("grpc://")) as channel:
-        call = rpc_pb2_grpc.GitlabAccessStub(channel).MakeRequest(stream(), metadata=meta(token), timeout=10)
-        try:
-            async for _ in call:
-                pass
-        except aio.AioRpcError as exc:
-            return exc.code()
-    return grpc.StatusCode.OK
+    def call() -> grpc.StatusCode:
+        with grpc.insecure_channel(kas.agent_address.removeprefix("grpc://")) as channel:
+            stub = rpc_pb2_grpc.GitlabAccessStub(channel)
+            try:
+                for _ in stub.MakeRequest(iter(messages), metadata=meta(token), timeout=10):
+                    pass
+            except grpc.RpcError as exc:
+                return exc.code()
+        return grpc.StatusCode.OK
+
+    return await asyncio.to_thread(call)
 
 
 def header(
