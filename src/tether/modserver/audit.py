@@ -53,6 +53,7 @@ class AuditRecord:
         "bytes_out",
         "counter",
         "duration_ms",
+        "head_status",
         "id",
         "impersonated",
         "kind",
@@ -101,6 +102,9 @@ class AuditRecord:
         self.namespace = ""
         self.name = ""
         self.recording = ""
+        #: The status of a head a handler sent itself (a WebSocket's 101), for a session that then ends without an
+        #: answer to return (the client left while it wound down); 0 while none was sent.
+        self.head_status = 0
 
     def discard(self) -> None:
         """Drop the record: the request turned out not to be one kas relays (e.g. a CORS preflight)."""
@@ -110,14 +114,15 @@ class AuditRecord:
         """Close the record with the HTTP status sent (gRPC: the status code number) and hand it to the sink.
 
         ``None``: the handler ended without an answer (the client went away, e.g. at the end of an upgraded
-        stream): the status of the head the counter sent, else :data:`STATUS_CLIENT_GONE`. A second call does
-        nothing (a hook's ``finally`` may follow an earlier finish).
+        stream): the status of the head the handler or the counter sent, else :data:`STATUS_CLIENT_GONE`. A
+        second call does nothing (a hook's ``finally`` may follow an earlier finish).
         """
         sink, self._sink = self._sink, None
         if sink is None:
             return
         if status is None:
-            status = (self.counter.status_sent if self.counter is not None else 0) or STATUS_CLIENT_GONE
+            sent = self.counter.status_sent if self.counter is not None else 0
+            status = self.head_status or sent or STATUS_CLIENT_GONE
         self.status = status
         self.duration_ms = (time.monotonic() - self._started) * 1000.0
         if self.counter is not None:

@@ -40,6 +40,7 @@ from aiohttp import WSMsgType, web
 from grpc import aio
 
 from tether.modserver.agent_conn import AgentCallError, AgentConn, AgentMethod
+from tether.modserver.audit import REQUEST_KEY, AuditRecord
 from tether.modules.graph.rpc.methods import (
     IDENTITY_HEADER,
     IDENTITY_IMPERSONATED,
@@ -225,6 +226,11 @@ async def serve_graph_websocket(
     if not ws.can_prepare(request).ok:
         return web.Response(status=400, text=f"expected a WebSocket upgrade with the {GRAPH_SUBPROTOCOL} subprotocol\n")
     await ws.prepare(request)
+    record = request.get(REQUEST_KEY)
+    if isinstance(record, AuditRecord):
+        # The session is audited as switched (101) even if the client leaves while it winds down (then no
+        # response is returned to the proxy, which would record the client as gone before any answer).
+        record.head_status = 101
     try:
         await _session(ws, open_watch_graph, impersonation, first_message_timeout_s)
     except asyncio.CancelledError:
