@@ -14,7 +14,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
@@ -522,32 +521,6 @@ async def test_wait_for_tunnels_of_one_agent(store: Store) -> None:
 
         with pytest.raises(TimeoutError):
             await bus.wait_for(TunnelsAvailable, lambda event: event.agent_id == 10, timeout_s=0.2)
-
-
-async def test_tunnels_available_does_not_wait_for_the_tracker_write(
-    store: Store, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Issue 28 (wake-up): the event names the kas whose gateway already holds the tunnel, so it goes out with the
-    tracker write instead of a round trip after it."""
-    async with contextlib.AsyncExitStack() as stack:
-        bus = await started_bus(store.backend, stack)
-        tracker = TunnelTracker(store.backend, bus, "grpc://kas-2:8155", ttl=EntryTtl(TTL))
-        released = asyncio.Event()
-        write = store.backend.set_fields
-
-        async def held_write(*args: Any, **kwargs: Any) -> None:
-            await released.wait()
-            await write(*args, **kwargs)
-
-        monkeypatch.setattr(store.backend, "set_fields", held_write)
-        with bus.listen(TunnelsAvailable, lambda event: event.agent_id == 12) as tunnels:
-            registering = asyncio.create_task(tracker.register(12))
-            event = await tunnels.get(POLL_LIMIT)
-            assert not registering.done(), "the event came while the tracker write was still held"
-            released.set()
-            await registering
-        assert event.kas_url == "grpc://kas-2:8155"
-        assert await tracker.kas_urls(12) == ["grpc://kas-2:8155"]
 
 
 async def test_subscription_ends_when_backend_closes(store: Store) -> None:

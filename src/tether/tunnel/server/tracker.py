@@ -66,24 +66,16 @@ class TunnelTracker:
         return prefixed_int64_key(self._prefix, agent_id)
 
     async def register(self, agent_id: int) -> None:
-        """HSET own URL + PEXPIRE in one ``MULTI/EXEC``, and publish ``TunnelsAvailable{agent_id, kas_url}``.
+        """HSET own URL + PEXPIRE in one ``MULTI/EXEC``, then publish ``TunnelsAvailable{agent_id, kas_url}``.
 
-        Called for the first tunnel of an agent on this kas (kas.md §1.6, §3.2). The two go out together: a
-        routing kas woken by the event goes to the ``kas_url`` it names, whose gateway already holds the
-        tunnel in memory, and never reads the tracker for it; sending the event only after the write cost a
-        waiting request one more Redis round trip (issue 28, wake-up). A publish failure is logged, not raised.
-
-        Raises:
-            Exception: the backend's error from the write.
+        Called for the first tunnel of an agent on this kas (kas.md §1.6, §3.2). A publish failure is logged,
+        not raised.
         """
-
-        async def announce() -> None:
-            try:
-                await self._events.publish(TunnelsAvailable(agent_id=agent_id, kas_url=self._own_url))
-            except Exception:
-                _log.exception("publishing TunnelsAvailable for agent %d failed", agent_id)
-
-        await asyncio.gather(self._hash.set(agent_id, self._own_url, b""), announce())
+        await self._hash.set(agent_id, self._own_url, b"")
+        try:
+            await self._events.publish(TunnelsAvailable(agent_id=agent_id, kas_url=self._own_url))
+        except Exception:
+            _log.exception("publishing TunnelsAvailable for agent %d failed", agent_id)
 
     async def unregister(self, agent_id: int) -> None:
         """HDEL this kas' field of ``agent_id`` (kas.md §3.2)."""
