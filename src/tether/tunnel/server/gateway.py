@@ -176,15 +176,12 @@ class Gateway:
         the gateway protocol (``TunnelReady``, ``StartStreaming`` and every answer frame wrapped, queued and
         unwrapped between two tasks) and goes straight onto the tunnel with :meth:`forward_reserved`; the
         tunnel, the metadata agentk sees and the statuses are those of :meth:`serve`. Call ``done()`` on the
-        handle afterwards.
-
-        Raises:
-            ValueError: ``full_method`` is not ``/service/method``.
+        handle afterwards. A malformed method name gets None: :meth:`serve` gives the caller its error.
         """
-        service, method = split_method(full_method)
         try:
+            service, method = split_method(full_method)
             handle = self._registry.find(agent_id, service, method)
-        except RegistryStopped:
+        except (RoutingMetadataError, RegistryStopped):
             return None
         if handle.found_now:
             return handle

@@ -30,12 +30,11 @@ from tether.tool.grpc_meta import Metadata, MetadataIn, timeout_entry
 from tether.tool.relay import AnswerFrames, Handler, dispatch, pump
 from tether.tool.status import StatusError
 from tether.tool.tasks import cancel_and_wait
-from tether.tunnel.server.gateway import Gateway
+from tether.tunnel.server.gateway import Gateway, LocalCaller
 from tether.tunnel.server.gateway_call import GatewayCall, GatewayUnavailable, LocalGatewayCall, RemoteGatewayCall
 from tether.tunnel.server.kas_pool import KasPool, KasUrlError
 from tether.tunnel.server.metadata import ROUTING_AGENT_ID_KEY, forwardable
 from tether.tunnel.server.notifier import TunnelNotifier
-from tether.tunnel.server.tunnel import ValuesMap
 
 if TYPE_CHECKING:
     from tether.tool.tracing_sdk import Tracer
@@ -56,20 +55,9 @@ class RoutingError(StatusError):
     """Routing failed; ``code``/``message`` are the status for the original caller."""
 
 
-class CallerSide(Protocol):
-    """The original call being routed: raw request frames in, agentk's answer out."""
-
-    async def read(self) -> bytes | None:
-        """Next raw request message, or None after the caller's half-close."""
-
-    async def send_header(self, meta: ValuesMap) -> None:
-        """Deliver agentk's response headers."""
-
-    async def write(self, data: bytes) -> None:
-        """Deliver one raw response message."""
-
-    async def set_trailer(self, meta: ValuesMap) -> None:
-        """Deliver agentk's trailers."""
+#: The original call being routed: raw request frames in, agentk's answer out (the gateway's own fast path takes
+#: the same shape).
+CallerSide = LocalCaller
 
 
 class TunnelUrlSource(Protocol):
