@@ -83,9 +83,9 @@ async def test_registrations_in_a_storm_share_transactions(backend: RedisBackend
     sizes: list[int] = []
     write = backend.set_fields
 
-    async def counting(writes: Any, ttl_s: float) -> None:
+    async def counting(writes: Any, ttl_s: float, *announce: Any) -> None:
         sizes.append(sum(len(fields) for _, fields in writes))
-        await write(writes, ttl_s)
+        await write(writes, ttl_s, *announce)
 
     backend.set_fields = counting  # type: ignore[method-assign]
     await asyncio.gather(*(state.set_many([(n, "a", b"%d" % n), (n, "b", b"x")]) for n in range(1_000)))

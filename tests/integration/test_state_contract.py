@@ -713,6 +713,45 @@ async def test_tunnel_tracker_with_two_kas(store: Store) -> None:
     assert ExpiringValue.FromString(stored["grpc://10.0.0.1:8155"]).value == b""
 
 
+async def test_tunnels_available_goes_out_in_the_tracker_write(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 28 items 3 and 5: ``TunnelsAvailable`` is part of the tracker write's transaction, not a round trip after
+    it; another kas (its own connection, for Redis) reads the entry the event announces."""
+    async with contextlib.AsyncExitStack() as stack:
+        bus = await started_bus(store.backend, stack)
+        other = store.peer()
+        peer = TunnelTracker(other, await started_bus(other, stack), "grpc://kas-1:8155", ttl=EntryTtl(TTL))
+        tracker = TunnelTracker(store.backend, bus, "grpc://kas-2:8155", ttl=EntryTtl(TTL))
+
+        async def no_round_trip(channel: str, payload: bytes) -> None:
+            raise AssertionError("TunnelsAvailable was published apart from the tracker write")
+
+        monkeypatch.setattr(store.backend, "publish", no_round_trip)
+        with bus.listen(TunnelsAvailable, lambda event: event.agent_id == 12) as tunnels:
+            await tracker.register(12)
+            event = await tunnels.get(POLL_LIMIT)
+        assert event.kas_url == "grpc://kas-2:8155"
+        assert await peer.kas_urls(12) == ["grpc://kas-2:8155"]
+
+
+async def test_publish_runs_inside_the_write_transaction_on_redis(redis_url: str) -> None:
+    """Redis only (MONITOR): the announcement is a command of the write's ``MULTI/EXEC``, after the writes."""
+    backend = RedisBackend.from_url(redis_url)
+    raw = aioredis.Redis.from_url(redis_url)
+    try:
+        async with raw.monitor() as monitor:
+            await backend.set_fields([(b"k1", {"a": b"1"})], TTL, [("test:events", b"hello")])
+            seen: list[str] = []
+            async with asyncio.timeout(POLL_LIMIT):
+                while not seen or seen[-1] != "EXEC":
+                    command = (await monitor.next_command())["command"].split(" ")[0].upper()
+                    if command in {"MULTI", "HSET", "PEXPIRE", "PUBLISH", "EXEC"}:
+                        seen.append(command)
+    finally:
+        await backend.close()
+        await raw.aclose()
+    assert seen == ["MULTI", "HSET", "PEXPIRE", "PUBLISH", "EXEC"]
+
+
 async def test_tunnel_tracker_expired_entries_are_not_listed(backend: HashBackend) -> None:
     async with contextlib.AsyncExitStack() as stack:
         bus = await started_bus(backend, stack)

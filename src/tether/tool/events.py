@@ -35,7 +35,7 @@ from typing import Generic, Self, TypeVar
 from google.protobuf import any_pb2
 from google.protobuf.message import DecodeError, Message
 
-from tether.tool.expiring_hash import DEFAULT_KEY_PREFIX, HashBackend
+from tether.tool.expiring_hash import DEFAULT_KEY_PREFIX, HashBackend, Publication
 
 _log = logging.getLogger(__name__)
 
@@ -131,9 +131,16 @@ class EventBus:
         Raises:
             the backend's error; events are best-effort notifications, callers usually log and go on.
         """
+        await self._backend.publish(*self.publication(message))
+
+    def publication(self, message: Message) -> Publication:
+        """``(channel, payload)`` of ``message`` for a write that publishes it in its own transaction.
+
+        :meth:`HashBackend.set_fields`'s ``announce``: the event goes out with the write it announces.
+        """
         wrapped = any_pb2.Any()
         wrapped.Pack(message)
-        await self._backend.publish(self._channel, wrapped.SerializeToString())
+        return self._channel, wrapped.SerializeToString()
 
     def on(self, message_type: type[M], callback: Callable[[M], None]) -> Callable[[], None]:
         """Call ``callback(event)`` for every received event of ``message_type``; returns the unregister function.

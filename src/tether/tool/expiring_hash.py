@@ -107,6 +107,9 @@ def expired_fields(raw: Mapping[str, bytes], now_s: float) -> list[str]:
     return expired
 
 
+#: A pub/sub message sent in a write's own transaction: ``(channel, payload)`` (:meth:`HashBackend.set_fields`).
+Publication = tuple[str, bytes]
+
 GcHook = Callable[[bytes], Awaitable[None]]
 """Test hook a backend awaits during GC between reading the hash and committing the HDEL (argument: the key)."""
 
@@ -124,10 +127,14 @@ class HashBackend(Protocol):
     or ``OSError``; the memory backend raises ``ConnectionError`` once closed.
     """
 
-    async def set_fields(self, writes: Sequence[tuple[bytes, Mapping[str, bytes]]], ttl_s: float) -> None:
+    async def set_fields(
+        self, writes: Sequence[tuple[bytes, Mapping[str, bytes]]], ttl_s: float, announce: Sequence[Publication] = ()
+    ) -> None:
         """Atomically (one ``MULTI/EXEC``) HSET each key's fields, then PEXPIRE that key ``ttl_s`` seconds.
 
-        All keys of one call get the same expiry: grouped items expire together (seed 000, kas.md §3.1).
+        All keys of one call get the same expiry: grouped items expire together (seed 000, kas.md §3.1). Each
+        ``(channel, payload)`` of ``announce`` is published in the same transaction, after the writes: a
+        subscriber receives it only once the write is visible, and it costs no round trip of its own.
         """
         ...
 
@@ -207,6 +214,7 @@ class _QueuedWrite(Generic[K]):
     """One :meth:`ExpiringHash.set_many` call waiting for its group commit."""
 
     entries: list[tuple[K, str, bytes]]
+    announce: Sequence[Publication]
     done: asyncio.Future[None]
     abandoned: bool = False
 
@@ -255,11 +263,11 @@ class ExpiringHash(Generic[K]):
         """Return the raw hash key of ``key_id``."""
         return self._key_for(key_id)
 
-    async def set(self, key_id: K, field: str, value: bytes) -> None:
+    async def set(self, key_id: K, field: str, value: bytes, announce: Sequence[Publication] = ()) -> None:
         """Own ``field`` of ``key_id`` with payload ``value`` (bytes) and write it now; see :meth:`set_many`."""
-        await self.set_many([(key_id, field, value)])
+        await self.set_many([(key_id, field, value)], announce)
 
-    async def set_many(self, items: Iterable[tuple[K, str, bytes]]) -> None:
+    async def set_many(self, items: Iterable[tuple[K, str, bytes]], announce: Sequence[Publication] = ()) -> None:
         """Own and write several ``(key_id, field, value)`` items in ONE transaction with one expiry (seed 000).
 
         Calls made while a write is in flight are written together in the next transaction (group commit, at
@@ -268,7 +276,8 @@ class ExpiringHash(Generic[K]):
         (:data:`WRITE_ATTEMPTS` attempts with a short backoff, so an agent does not stay unreachable from other
         kas until the next refresh); when every attempt fails, the items are given up in memory too, so no
         registration that failed is refreshed forever (issue 9 item 3). A caller cancelled while its items wait
-        or are written gives them up in memory as well (they expire by themselves).
+        or are written gives them up in memory as well (they expire by themselves). ``announce`` is published in
+        the transaction that writes the items (:meth:`HashBackend.set_fields`); a retried write publishes again.
 
         Raises:
             the backend's last error when every attempt failed.
@@ -276,7 +285,7 @@ class ExpiringHash(Generic[K]):
         entries = list(items)
         if not entries:
             return
-        write = _QueuedWrite(entries, asyncio.get_running_loop().create_future())
+        write = _QueuedWrite(entries, announce, asyncio.get_running_loop().create_future())
         self._queued.append(write)
         if self._writer is None:
             # A context of its own: its log lines are not the first caller's (agent_id, connection_id).
@@ -306,13 +315,14 @@ class ExpiringHash(Generic[K]):
 
     async def _commit(self, batch: list[_QueuedWrite[K]]) -> None:
         entries = [entry for write in batch for entry in write.entries]
+        announce = [publication for write in batch for publication in write.announce]
         async with self._lock:
             previous = [(key_id, field, self._owned.get(key_id, {}).get(field)) for key_id, field, _ in entries]
             for key_id, field, value in entries:
                 self._owned.setdefault(key_id, {})[field] = value
                 self._unset_during_refresh.discard((key_id, field))
             try:
-                await self._retrying(lambda: self._write(entries, self._clock()))
+                await self._retrying(lambda: self._write(entries, self._clock(), announce))
             except Exception as exc:
                 self._restore(previous)
                 for write in batch:
@@ -510,13 +520,15 @@ class ExpiringHash(Generic[K]):
                 raise result
         return sum(len(fields) for fields in owned.values())
 
-    async def _write(self, entries: Sequence[tuple[K, str, bytes]], now_s: float) -> None:
+    async def _write(
+        self, entries: Sequence[tuple[K, str, bytes]], now_s: float, announce: Sequence[Publication] = ()
+    ) -> None:
         expires_at = expires_at_for(now_s, self._ttl_s)
         grouped: dict[bytes, dict[str, bytes]] = {}
         for key_id, field, value in entries:
             stored = ExpiringValue(expires_at=expires_at, value=value).SerializeToString()
             grouped.setdefault(self._key_for(key_id), {})[field] = stored
-        await self._backend.set_fields(list(grouped.items()), self._ttl_s)
+        await self._backend.set_fields(list(grouped.items()), self._ttl_s, announce)
 
 
 async def run_every(period_s: float, action: Callable[[], Awaitable[object]], what: str) -> None:

@@ -11,7 +11,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from tether.tool.expiring_hash import GC_ATTEMPTS, GcHook, expired_fields
+from tether.tool.expiring_hash import GC_ATTEMPTS, GcHook, Publication, expired_fields
 
 
 @dataclass
@@ -56,8 +56,10 @@ class MemoryBackend:
             return None
         return entry
 
-    async def set_fields(self, writes: Sequence[tuple[bytes, Mapping[str, bytes]]], ttl_s: float) -> None:
-        """HSET every key's fields and expire each key after ``ttl_s`` seconds, atomically (no await inside)."""
+    async def set_fields(
+        self, writes: Sequence[tuple[bytes, Mapping[str, bytes]]], ttl_s: float, announce: Sequence[Publication] = ()
+    ) -> None:
+        """HSET each key's fields, expire each key after ``ttl_s`` s, publish ``announce``; atomically (no await)."""
         self._check_open()
         deadline = self._clock() + ttl_s  # one instant for the whole group: grouped items expire together
         for key, fields in writes:
@@ -67,6 +69,8 @@ class MemoryBackend:
             entry.fields.update(fields)
             entry.deadline = deadline
             self._touch(key)
+        for channel, payload in announce:
+            self._deliver(channel, payload)
 
     async def set_fields_replicated(
         self, writes: Sequence[tuple[bytes, Mapping[str, bytes]]], ttl_s: float, timeout_s: float
@@ -130,6 +134,9 @@ class MemoryBackend:
     async def publish(self, channel: str, payload: bytes) -> None:
         """Queue ``payload`` for every subscriber of ``channel`` registered now."""
         self._check_open()
+        self._deliver(channel, payload)
+
+    def _deliver(self, channel: str, payload: bytes) -> None:
         for queue in self._subscribers.get(channel, ()):
             queue.put_nowait(payload)
 

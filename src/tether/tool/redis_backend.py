@@ -17,7 +17,7 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import RedisError, WatchError
 
 from tether.tool.backoff import Backoff
-from tether.tool.expiring_hash import GC_ATTEMPTS, GcHook, NotReplicated, expired_fields
+from tether.tool.expiring_hash import GC_ATTEMPTS, GcHook, NotReplicated, Publication, expired_fields
 from tether.tool.redis_pool import RedisTarget, blocking_pool, close_client
 
 _log = logging.getLogger(__name__)
@@ -138,9 +138,15 @@ class RedisBackend:
         """The underlying client (for probes and tests)."""
         return self._client
 
-    async def set_fields(self, writes: Sequence[tuple[bytes, Mapping[str, bytes]]], ttl_s: float) -> None:
-        """One pipelined ``MULTI; (HSET key f v ...; PEXPIRE key ttl_ms)*; EXEC`` (kas.md §3.1 set builder)."""
-        if not writes:
+    async def set_fields(
+        self, writes: Sequence[tuple[bytes, Mapping[str, bytes]]], ttl_s: float, announce: Sequence[Publication] = ()
+    ) -> None:
+        """One pipelined ``MULTI; (HSET key f v ...; PEXPIRE key ttl_ms)*; (PUBLISH channel payload)*; EXEC``.
+
+        kas.md §3.1 set builder; the ``PUBLISH`` commands run after the writes inside ``EXEC``, so a subscriber
+        woken by one reads the write (Redis runs a transaction's commands in order, uninterrupted).
+        """
+        if not writes and not announce:
             return
         ttl_ms = max(1, round(ttl_s * 1000))
         async with self._client.pipeline(transaction=True) as pipe:
@@ -149,6 +155,8 @@ class RedisBackend:
                     continue
                 pipe.hset(key, mapping={_field_bytes(name): value for name, value in fields.items()})
                 pipe.pexpire(key, ttl_ms)
+            for channel, payload in announce:
+                pipe.publish(channel, payload)
             await pipe.execute()
 
     async def set_fields_replicated(
