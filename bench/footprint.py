@@ -20,9 +20,16 @@ which includes the generated protobuf code), in the same order, and reads its RS
 ``agentk_import_floor_mib``, what the libraries the process loads cost before any of Tether's code or state.
 ``tests/e2e/test_minimal_imports.py`` keeps what a minimal configuration loads to what it uses.
 
+Each RSS is also split, from ``/proc/<pid>/status``, into its anonymous part (``RssAnon``: the heap, object
+arenas, thread stacks, buffers: the process' data) and the rest (``RssFile``: pages of the interpreter and of the
+libraries' shared objects that have been touched, their code). ``kas_idle_anon_mib`` beside
+``kas_import_floor_anon_mib`` (and agentk's) says how much of the distance to the floor is data the process
+holds and how much is library code that running (serving gRPC, the event loop, validating) touches and importing
+alone does not.
+
 Writes ``bench/results/footprint.json``: ``agentk_idle_rss_mib`` (target <= 64), ``kas_idle_rss_mib``
-(target <= 80), ``hub_idle_rss_mib``, each the median of ``N`` runs, the two import floors (median), plus
-the ``*_dev_venv`` figures.
+(target <= 80), ``hub_idle_rss_mib``, each the median of ``N`` runs, the two import floors (median), the
+anonymous parts of the four (median), plus the ``*_dev_venv`` figures.
 """
 
 from __future__ import annotations
@@ -56,35 +63,36 @@ for name in sys.stdin.read().split():
         importlib.import_module(name)
     except Exception:
         failed += 1
-rss = next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmRSS:"))
-print(rss, failed)
+status = dict(line.split()[:2] for line in open("/proc/self/status") if line.startswith(("VmRSS:", "RssAnon:")))
+print(status["VmRSS:"], status["RssAnon:"], failed)
 """
 
 
-def rss_mib(pid: int) -> float:
-    """Resident set size of ``pid`` in MiB (``VmRSS``)."""
+def rss_mib(pid: int, field: str = "VmRSS") -> float:
+    """Resident set size of ``pid`` in MiB (``VmRSS``; ``RssAnon`` for its anonymous part)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for pid {pid}")
+    raise RuntimeError(f"no {field} for pid {pid}")
 
 
-def import_floor_mib(python: str, modules: list[str]) -> float:
-    """RSS in MiB of a fresh ``python`` that imported ``modules`` except Tether's own (``tether.*``)."""
+def import_floor_mib(python: str, modules: list[str]) -> tuple[float, float]:
+    """RSS and its anonymous part, in MiB, of a fresh ``python`` that imported ``modules`` except Tether's own."""
     libraries = [name for name in modules if name.split(".")[0] not in ("tether", "__main__", "sitecustomize")]
     env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "TETHER_MODULE_PROBE")}
     done = subprocess.run(
         [python, "-c", FLOOR_SCRIPT], input="\n".join(libraries), capture_output=True, text=True, check=True, env=env
     )
-    rss_kib, failed = done.stdout.split()
+    rss_kib, anon_kib, failed = done.stdout.split()
     print(f"  import floor: {len(libraries)} modules, {failed} not importable alone", flush=True)
-    return int(rss_kib) / 1024
+    return int(rss_kib) / 1024, int(anon_kib) / 1024
 
 
 def one_run(work: Path, kubeconfig: Path, runtime_tether: str) -> dict[str, float]:
     """Bring the system up once; return ``{process name: RSS MiB}`` after the settle time.
 
-    kas and agentk also get ``<name>_import_floor`` (see the module docstring).
+    kas and agentk also get ``<name>_anon``, ``<name>_import_floor`` and ``<name>_import_floor_anon`` (see the
+    module docstring).
     """
     running = Running()
     options = UpOptions(state_dir=work, kubeconfig=kubeconfig, runtime_tether=runtime_tether)
@@ -99,7 +107,10 @@ def one_run(work: Path, kubeconfig: Path, runtime_tether: str) -> dict[str, floa
         python = str(Path(runtime_tether).parent / "python")
         for process in running.processes:
             if process.name in ("kas", "agentk"):
-                figures[f"{process.name}_import_floor"] = import_floor_mib(python, loaded_modules(process.pid, probe))
+                figures[f"{process.name}_anon"] = rss_mib(process.pid, "RssAnon")
+                floor, floor_anon = import_floor_mib(python, loaded_modules(process.pid, probe))
+                figures[f"{process.name}_import_floor"] = floor
+                figures[f"{process.name}_import_floor_anon"] = floor_anon
         return figures
     finally:
         running.stop()
@@ -132,7 +143,9 @@ def main() -> None:
                         samples.setdefault(f"{name}_idle_rss_mib{label}", []).append(figures[name])
                     if not label:
                         for name in ("agentk", "kas"):
-                            samples.setdefault(f"{name}_import_floor_mib", []).append(figures[f"{name}_import_floor"])
+                            for part in ("import_floor", "anon", "import_floor_anon"):
+                                key = f"{name}_idle_anon_mib" if part == "anon" else f"{name}_{part}_mib"
+                                samples.setdefault(key, []).append(figures[f"{name}_{part}"])
         finally:
             cluster.stop()
     results = [
