@@ -91,8 +91,8 @@ def import_floor_mib(python: str, modules: list[str]) -> tuple[float, float]:
 def one_run(work: Path, kubeconfig: Path, runtime_tether: str) -> dict[str, float]:
     """Bring the system up once; return ``{process name: RSS MiB}`` after the settle time.
 
-    kas and agentk also get ``<name>_anon``, ``<name>_import_floor`` and ``<name>_import_floor_anon`` (see the
-    module docstring).
+    kas and agentk also get ``<name>_idle_anon``, ``<name>_import_floor`` and ``<name>_import_floor_anon`` (see
+    the module docstring).
     """
     running = Running()
     options = UpOptions(state_dir=work, kubeconfig=kubeconfig, runtime_tether=runtime_tether)
@@ -107,7 +107,7 @@ def one_run(work: Path, kubeconfig: Path, runtime_tether: str) -> dict[str, floa
         python = str(Path(runtime_tether).parent / "python")
         for process in running.processes:
             if process.name in ("kas", "agentk"):
-                figures[f"{process.name}_anon"] = rss_mib(process.pid, "RssAnon")
+                figures[f"{process.name}_idle_anon"] = rss_mib(process.pid, "RssAnon")
                 floor, floor_anon = import_floor_mib(python, loaded_modules(process.pid, probe))
                 figures[f"{process.name}_import_floor"] = floor
                 figures[f"{process.name}_import_floor_anon"] = floor_anon
@@ -143,9 +143,8 @@ def main() -> None:
                         samples.setdefault(f"{name}_idle_rss_mib{label}", []).append(figures[name])
                     if not label:
                         for name in ("agentk", "kas"):
-                            for part in ("import_floor", "anon", "import_floor_anon"):
-                                key = f"{name}_idle_anon_mib" if part == "anon" else f"{name}_{part}_mib"
-                                samples.setdefault(key, []).append(figures[f"{name}_{part}"])
+                            for part in ("import_floor", "idle_anon", "import_floor_anon"):
+                                samples.setdefault(f"{name}_{part}_mib", []).append(figures[f"{name}_{part}"])
         finally:
             cluster.stop()
     results = [

@@ -8,7 +8,6 @@ tunnel registry that calls :meth:`TunnelTracker.unregister`, not here.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Iterable
 
 from tether.pb.gitlab.agent.event.event_pb2 import TunnelsAvailable
@@ -22,8 +21,6 @@ from tether.tool.expiring_hash import (
     prefixed_int64_key,
     run_every,
 )
-
-_log = logging.getLogger(__name__)
 
 
 class TunnelTracker:
