@@ -22,7 +22,6 @@ import os
 import signal
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 
 import aiohttp
@@ -147,17 +146,7 @@ async def _connect_agents(
 
 
 def _tunnel_failures(system: System, since: float, until: float) -> list[str]:
-    """agentk's ``tunnel_failed`` log lines between the two wall-clock times: each made a tunnel back off."""
-    failures = []
-    for proc in system.started:
-        if isinstance(proc, AgentkProc):
-            for line in proc.process.log_path.read_text().splitlines():
-                if '"tunnel_failed"' in line:
-                    event = json.loads(line)
-                    at = datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()
-                    if since <= at <= until:
-                        failures.append(f"{proc.name}: {event.get('code')} {event.get('details')}")
-    return failures
+    return [f for proc in system.started if isinstance(proc, AgentkProc) for f in proc.tunnel_failures(since, until)]
 
 
 async def _restart(system: System, kas: KasProc, agents: list[int]) -> tuple[float, int]:

@@ -153,6 +153,29 @@ async def test_stop_fails_waiters_and_retires_idle_tunnels() -> None:
     assert late is not None and late[0] is grpc.StatusCode.UNAVAILABLE
 
 
+async def test_end_tunnels_ends_the_tunnels_still_forwarding_with_ok() -> None:
+    """At the end of the drain's grace, tunnels carrying a call end with OK, those past their age included; left
+    to the agent listener's own stop, gRPC ended them with UNAVAILABLE and agentk backed off (kas/shutdown.py)."""
+    registry = TunnelRegistry(None)
+    young, overdue = tunnel(10), tunnel(11)
+    holders = [
+        asyncio.create_task(registry.handle_tunnel(young, max_age_s=60)),
+        asyncio.create_task(registry.handle_tunnel(overdue, max_age_s=0.05)),
+    ]
+    await settle()
+    for agent_id in (10, 11):
+        handle = registry.find(agent_id, SERVICE, METHOD)
+        handle.use().state = TunnelState.FORWARDING  # as Tunnel.forward does
+        handle.done()
+    await asyncio.sleep(1.1)  # the overdue tunnel's age passes while it forwards: it is waited for
+    assert not holders[1].done()
+    await registry.stop()
+    assert not any(h.done() for h in holders), "stop retires idle tunnels only"
+    assert registry.end_tunnels() == 2
+    assert await asyncio.wait_for(asyncio.gather(*holders), 1) == [None, None]
+    assert registry.end_tunnels() == 0
+
+
 async def test_tracker_registration_once_and_delayed_unregistration() -> None:
     tracker = RecordingTracker()
     registry = TunnelRegistry(tracker, unregistration_delay_s=0.1)

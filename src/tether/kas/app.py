@@ -10,7 +10,8 @@ balancer) and the tunnel registry drains: each agent moves to another kas make-b
 here keep serving until it has tunnels elsewhere, at most ``routing.agent_move_timeout``), and this kas' tunnel
 tracker entry for it goes the moment it moved. Then everything else this kas wrote to Redis is removed, the
 private listener stops accepting, and in-flight forwarded calls get what remains of
-``routing.shutdown_grace_period`` (proxied HTTP requests: ``agent.kubernetes_api.listen.shutdown_grace_period``).
+``routing.shutdown_grace_period`` (proxied HTTP requests: ``agent.kubernetes_api.listen.shutdown_grace_period``);
+the tunnels still open then end with OK (``kas/shutdown.py``).
 """
 
 from __future__ import annotations

@@ -107,6 +107,8 @@ class TunnelRegistry:
         self._unregister_timers: dict[int, asyncio.TimerHandle] = {}
         #: Tunnels to retire when idle at the loop time (whole seconds) they are keyed by.
         self._aging: dict[int, set[Tunnel]] = {}
+        #: Tunnels whose age passed while they were forwarding (a long watch): they end with their call.
+        self._overdue: set[Tunnel] = set()
         self._background: set[asyncio.Task[None]] = set()
         self._stopped = False
         #: Set while draining (:meth:`drain`): agents move to another kas.
@@ -155,6 +157,7 @@ class TunnelRegistry:
             aging = self._aging.get(bucket)
             if aging is not None:
                 aging.discard(tunnel)
+            self._overdue.discard(tunnel)
             self._retire_if_idle(tunnel)  # cancelled while idle: agentk went away
 
     def _age_out_later(self, tunnel: Tunnel, max_age_s: float) -> int:
@@ -172,7 +175,10 @@ class TunnelRegistry:
 
     def _age_out(self, bucket: int) -> None:
         for tunnel in self._aging.pop(bucket, ()):
-            self._retire_if_idle(tunnel)
+            if tunnel.state is TunnelState.READY:
+                self._retire_if_idle(tunnel)
+            else:
+                self._overdue.add(tunnel)  # still listed for end_tunnels
 
     def _retire_if_idle(self, tunnel: Tunnel) -> None:
         if tunnel.state is TunnelState.READY:
@@ -397,3 +403,18 @@ class TunnelRegistry:
         if self._background:
             with contextlib.suppress(Exception):
                 await asyncio.wait(set(self._background), timeout=5.0)
+
+    def end_tunnels(self) -> int:
+        """End every tunnel still open here with OK, those forwarding a call included; return how many were open.
+
+        The drain's last step before the agent listener's own grace ends (``kas/shutdown.py``). A tunnel gRPC
+        cancels then ends with UNAVAILABLE "Cancelling all calls", and agentk backs off after a failed tunnel
+        before it opens the next one; after OK it reconnects at once, to another kas (kas.md §1.4 step 4). The
+        call a tunnel was forwarding fails for its caller as a broken tunnel (a watch ends with its terminating
+        chunk at the routing kas).
+        """
+        open_tunnels = [t for bucket in self._aging.values() for t in bucket if not t.finished.done()]
+        open_tunnels += [t for t in self._overdue if not t.finished.done()]
+        for tunnel in open_tunnels:
+            tunnel.retire()
+        return len(open_tunnels)
