@@ -37,31 +37,34 @@ BEFORE_S, FROZEN_S = 5.0, 12.0
 
 @dataclass
 class Served:
-    outcomes: list[tuple[float, float, bool]] = field(default_factory=list)  # (started, ended, reached the agent)
+    #: (started, ended, None when the request reached the agent, else what went wrong)
+    outcomes: list[tuple[float, float, str | None]] = field(default_factory=list)
 
-    def between(self, start: float, end: float) -> list[tuple[float, float, bool]]:
+    def between(self, start: float, end: float) -> list[tuple[float, float, str | None]]:
         return [o for o in self.outcomes if start <= o[0] and o[1] <= end]
 
 
-async def one_request(session: aiohttp.ClientSession, kas: KasProc, agent_id: int, pat: str) -> bool:
-    """One proxied request; True when the endpoint behind agentk answered (its bare 404) within the deadline."""
+async def one_request(session: aiohttp.ClientSession, kas: KasProc, agent_id: int, pat: str) -> str | None:
+    """One proxied request; None when the endpoint behind agentk answered (its bare 404) within the deadline, else
+    what the client got instead."""
     try:
         async with session.get(
             kas.k8s_proxy_url + f"version?timeout={REQUEST_TIMEOUT_S:g}s",
             headers={"Authorization": f"Bearer pat:{agent_id}:{pat}"},
             timeout=aiohttp.ClientTimeout(total=CLIENT_DEADLINE_S),
         ) as response:
-            return response.status == 404 and await response.read() == b""
-    except (aiohttp.ClientError, TimeoutError):
-        return False
+            body = await response.read()
+            return None if response.status == 404 and body == b"" else f"{response.status} {body[:120]!r}"
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        return repr(exc)
 
 
 async def load(served: Served, kas: KasProc, agent_id: int, pat: str, stop_at: float) -> None:
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_tls(kas))) as session:
         while time.monotonic() < stop_at:
             started = time.monotonic()
-            ok = await one_request(session, kas, agent_id, pat)
-            served.outcomes.append((started, time.monotonic(), ok))
+            outcome = await one_request(session, kas, agent_id, pat)
+            served.outcomes.append((started, time.monotonic(), outcome))
 
 
 async def test_requests_to_local_agents_meet_their_deadline_while_redis_is_frozen(
@@ -80,7 +83,7 @@ async def test_requests_to_local_agents_meet_their_deadline_while_redis_is_froze
         system.agentk(token, kas, "freeze", kubeconfig=kubeconfig)
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_tls(kas))) as session:
             deadline = time.monotonic() + 60
-            while not await one_request(session, kas, agent_id, pat):
+            while await one_request(session, kas, agent_id, pat) is not None:
                 assert time.monotonic() < deadline, "the agent never became reachable"
                 await asyncio.sleep(0.5)
 
@@ -103,8 +106,8 @@ async def test_requests_to_local_agents_meet_their_deadline_while_redis_is_froze
 
     before = served.between(began, freeze_at)
     during = served.between(freeze_at, thaw_at)
-    failed = [round(end - start, 2) for start, end, ok in during if not ok]
+    failed = [f"{end - start:.2f} s: {why}" for start, end, why in during if why is not None]
     print(f"requests before the freeze: {len(before)} in {BEFORE_S:g} s; during: {len(during)} in {FROZEN_S:g} s")
-    assert before and all(ok for _, _, ok in before), "requests failed before Redis was frozen"
+    assert before and all(why is None for _, _, why in before), "requests failed before Redis was frozen"
     assert during, "no request ended while Redis was frozen"
     assert not failed, f"{len(failed)} of {len(during)} requests failed or overran their deadline: {failed[:10]}"
