@@ -26,15 +26,12 @@ import time
 from pathlib import Path
 
 import aiohttp
-from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.e2e.test_k8s_proxy_upgrade import agent_kubeconfig
-from tests.fixtures.hub import RealHub, RunningHub
+from tests.fixtures.exec_endpoint import exec_endpoint
+from tests.fixtures.hub import RunningHub
 from tests.fixtures.system import KasProc, System, write_private_secret
-from tether.hub.db.agents import AgentConfiguration, ClusterAgent
-from tether.hub.service import agents
-from tether.hub.service.principal import Principal
 from tether_devenv import pki
 from tether_devenv.redis_server import RedisServer
 
@@ -42,30 +39,6 @@ RESULTS = Path(__file__).parent / "results" / "audit.json"
 PROJECT_ID = 1
 AGENTS = {"off": 711, "on": 712}
 EXEC_PATH = "api/v1/namespaces/bench/pods/shell/exec?command=sh&stdin=true&stdout=true&tty=true"
-
-
-async def echo_exec(request: web.Request) -> web.WebSocketResponse:
-    """A container's terminal: every stdin message comes back as stdout."""
-    ws = web.WebSocketResponse(protocols=("v5.channel.k8s.io",))
-    await ws.prepare(request)
-    async for message in ws:
-        if message.type == aiohttp.WSMsgType.BINARY and message.data[:1] == b"\x00":
-            await ws.send_bytes(b"\x01" + message.data[1:])
-    return ws
-
-
-def enable_recording(hub: RealHub, agent_id: int) -> None:
-    async def enable(session: object) -> None:
-        agent = await session.get_one(ClusterAgent, agent_id)  # type: ignore[attr-defined]
-        row = await session.get_one(AgentConfiguration, agent_id)  # type: ignore[attr-defined]
-        await agents.set_configuration(
-            session,  # type: ignore[arg-type]
-            Principal.operator(),
-            agent,
-            row.content + "audit:\n  record_sessions: true\n",
-        )
-
-    hub.db.session(enable)  # type: ignore[arg-type]
 
 
 async def session_echoes(kas: KasProc, token: str, keys: int) -> list[float]:
@@ -94,15 +67,13 @@ async def session_echoes(kas: KasProc, token: str, keys: int) -> list[float]:
 
 
 async def run(keys: int, rounds: int) -> dict[str, float]:
+    async with exec_endpoint() as port:
+        return await _run(port, keys, rounds)
+
+
+async def _run(port: int, keys: int, rounds: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="tether-bench-rec-") as tmp:
         directory = Path(tmp)
-        app = web.Application()
-        app.router.add_get("/api/v1/namespaces/bench/pods/shell/exec", echo_exec)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = runner.addresses[0][1]
         redis = RedisServer(directory / "redis").start()
         running = RunningHub(directory / "hub")
         hub = running.hub
@@ -119,7 +90,7 @@ async def run(keys: int, rounds: int) -> dict[str, float]:
                 tokens[mode] = f"pat:{agent_id}:bench-rec-pat-{agent_id}"
                 config = agent_kubeconfig(directory / f"{mode}.kubeconfig", f"http://127.0.0.1:{port}", "sa")
                 system.agentk(f"bench-rec-agent-{agent_id}", kas2, f"rec-{mode}", kubeconfig=config)
-            enable_recording(hub, AGENTS["on"])
+            hub.record_sessions(AGENTS["on"])
             deadline = time.monotonic() + 60
             for agent_id in AGENTS.values():
                 while kas2.private_url not in await system.tunnel_urls(agent_id):
@@ -140,7 +111,6 @@ async def run(keys: int, rounds: int) -> dict[str, float]:
             system.stop_all()
             running.stop()
             redis.stop()
-            await runner.cleanup()
     off, on = statistics.median(samples["off"]), statistics.median(samples["on"])
     p99 = {mode: sorted(values)[int(len(values) * 0.99) - 1] for mode, values in samples.items()}
     print(

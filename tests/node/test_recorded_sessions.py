@@ -32,9 +32,6 @@ from tests.fixtures.hub import RealHub
 from tests.fixtures.k8s import Kubectl
 from tests.fixtures.system import System
 from tests.node.test_real_node import READY_S, _pod, apply, kubectl_run
-from tether.hub.db.agents import AgentConfiguration, ClusterAgent
-from tether.hub.service import agents
-from tether.hub.service.principal import Principal
 from tether_devenv.cluster import ClusterInfo
 
 pytestmark = [pytest.mark.k8s, pytest.mark.redis, pytest.mark.timeout(900)]
@@ -43,16 +40,6 @@ WIDTH, HEIGHT = 100, 30
 #: The shell prints 42 computed in the container: the text seen is output, not the echo of what was typed.
 COMMAND = "echo rec-$((6*7))-done"
 MARKER = "rec-42-done"
-
-
-def _enable_recording(hub: RealHub, agent_id: int) -> None:
-    async def enable(session: Any) -> None:
-        agent = await session.get_one(ClusterAgent, agent_id)
-        row = await session.get_one(AgentConfiguration, agent_id)
-        content = row.content + "audit:\n  record_sessions: true\n"
-        await agents.set_configuration(session, Principal.operator(), agent, content)
-
-    hub.db.session(enable)
 
 
 def exec_in_pty(kc: Kubectl, namespace: str, pod: str, websockets: bool = True, limit_s: float = 120) -> str:
@@ -146,7 +133,7 @@ async def test_recorded_exec_session_replays_in_the_console(
     owner_token, other_token = f"glpat-rec-{proxied.agent_id}", f"glpat-rec-other-{proxied.agent_id}"
     kas_hub.grant_proxy_access(other_token, f"rec-other-{proxied.agent_id}", proxied.agent_id, proxied.project_id)
     kas_hub.grant_proxy_access(owner_token, f"rec-user-{proxied.agent_id}", proxied.agent_id, proxied.project_id)
-    _enable_recording(kas_hub, proxied.agent_id)
+    kas_hub.record_sessions(proxied.agent_id)
     kc = proxied.kubectl(proxied.pat(owner_token), "rec-user", k8s_namespace)
     await apply(kubectl, k8s_namespace, _pod("shell", "exec sleep 3600"))
     await kubectl_run(
@@ -197,7 +184,7 @@ async def test_slow_store_marks_incomplete_and_leaves_the_session_alone(
     proxied = await start_proxied(system, kas_hub, kubectl, tmp_path)
     token = f"glpat-rec-slow-{proxied.agent_id}"
     kas_hub.grant_proxy_access(token, f"rec-slow-{proxied.agent_id}", proxied.agent_id, proxied.project_id)
-    _enable_recording(kas_hub, proxied.agent_id)
+    kas_hub.record_sessions(proxied.agent_id)
     # A kas that gives the hub one millisecond to store a recording: the hub is "slow" for it.
     hasty = system.kas(agent={"kubernetes_api": {"session_recording_store_timeout": "1ms"}})
     kc = Kubectl(

@@ -13,6 +13,7 @@ import zlib
 
 from websockets.protocol import Protocol, Side, State
 
+from tether.modules.audit.recording.budget import RecordingBudget
 from tether.modules.audit.recording.recorder import SessionRecorder
 from tether.modules.audit.recording.spdy_dictionary import SPDY3_DICTIONARY
 from tether.modules.audit.recording.store import store_after_session
@@ -164,3 +165,42 @@ def test_slow_hub_makes_the_recording_incomplete_without_waiting_longer() -> Non
 
     answer, waited_s = asyncio.run(scenario())
     assert answer == "incomplete" and waited_s < 20  # a bound, not a measurement: the hub would take 30 s
+
+
+def test_recordings_share_the_process_budget_and_give_it_back_once_stored() -> None:
+    """Many sessions held open cannot make kas buffer more than the budget (docs/limits.md): the recording that
+    would go beyond it stops there, marked incomplete; stored or given up, a recording's bytes come back."""
+    budget = RecordingBudget(100)
+    first, second = SessionRecorder("g" * 32, 7, 9, budget=budget), SessionRecorder("h" * 32, 7, 9, budget=budget)
+    for recorder in (first, second):
+        recorder.upgraded({"Upgrade": ["websocket"], "Sec-Websocket-Protocol": ["v5.channel.k8s.io"]})
+    big, small = _ws_frames(Side.SERVER, b"\x01" + b"a" * 60), _ws_frames(Side.SERVER, b"\x01" + b"b" * 20)
+    first.server(big)
+    second.server(small)
+    second.server(small)  # 63 + 23 + 23 > 100: left out
+    assert (first.complete, second.complete) == (True, False)
+    assert budget.used == len(big) + len(small) == 86
+
+    async def store_both() -> list[str]:
+        hub = _SlowHub(0)
+        return [await store_after_session(hub, first, 5.0), await store_after_session(_SlowHub(30), second, 0.1)]  # type: ignore[arg-type]
+
+    assert asyncio.run(store_both()) == ["complete", "incomplete"]
+    assert budget.used == 0, "stored or given up, a recording holds nothing"
+    third = SessionRecorder("i" * 32, 7, 9, budget=budget)
+    third.server(b"x" * 100)
+    assert third.complete and budget.used == 100
+    assert asyncio.run(store_after_session(_SlowHub(0), third, 5.0)) == ""  # type: ignore[arg-type]
+    assert budget.used == 0, "a session the cluster refused gives its bytes back too"
+
+
+def test_the_encoded_file_takes_the_place_of_the_kept_bytes_until_stored() -> None:
+    budget = RecordingBudget(1000)
+    recorder = SessionRecorder("j" * 32, 7, 9, budget=budget)
+    recorder.upgraded({"Upgrade": ["websocket"], "Sec-Websocket-Protocol": ["v5.channel.k8s.io"]})
+    recorder.server(_ws_frames(Side.SERVER, b"\x01" + b"\x07" * 50))  # control characters: the file is larger
+    cast = recorder.encode()
+    recorder.hold_encoded(len(cast))
+    assert budget.used == len(cast) > 52
+    recorder.release()
+    assert budget.used == 0

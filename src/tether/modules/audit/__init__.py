@@ -13,18 +13,23 @@ MODULE_NAME = "audit"
 # The recording API other modules use (issue 25 item 2: the Kubernetes API proxy records exec/attach sessions).
 # Imported on first use: the hub and kas import this package for the protocol alone.
 if TYPE_CHECKING:
+    from tether.modules.audit.recording.budget import RecordingBudget
     from tether.modules.audit.recording.recorder import SessionRecorder
     from tether.modules.audit.recording.store import store_after_session
 
-__all__ = ["MODULE_NAME", "SessionRecorder", "store_after_session"]
+__all__ = ["MODULE_NAME", "RecordingBudget", "SessionRecorder", "store_after_session"]
 
 
 def __getattr__(name: str) -> object:
-    """:class:`SessionRecorder` and :func:`store_after_session`, imported when first asked for.
+    """The recording API (:class:`RecordingBudget`, :class:`SessionRecorder`, :func:`store_after_session`), on use.
 
     Raises:
         AttributeError: any other name.
     """
+    if name == "RecordingBudget":
+        from tether.modules.audit.recording.budget import RecordingBudget  # noqa: PLC0415
+
+        return RecordingBudget
     if name == "SessionRecorder":
         from tether.modules.audit.recording.recorder import SessionRecorder  # noqa: PLC0415
 

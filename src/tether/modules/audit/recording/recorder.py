@@ -3,8 +3,10 @@
 The relay calls :meth:`SessionRecorder.client` / :meth:`SessionRecorder.server` with each chunk it forwards: an
 append to a list, no parsing, no I/O, no await, so recording costs the session next to nothing. Once
 ``max_bytes`` are buffered the recorder stops keeping bytes and the recording is incomplete (what came before is
-kept); the session's bytes go on untouched. When the session is over, :meth:`SessionRecorder.encode` parses the
-buffer (``websocket.py`` or ``spdy.py``, chosen by the ``101`` answer's ``Upgrade``) into an asciicast v2 file.
+kept); the session's bytes go on untouched. The same happens when all recordings of the process together hold
+their :class:`~tether.modules.audit.recording.budget.RecordingBudget`. When the session is over,
+:meth:`SessionRecorder.encode` parses the buffer (``websocket.py`` or ``spdy.py``, chosen by the ``101`` answer's
+``Upgrade``) into an asciicast v2 file.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 from tether.modules.audit.recording.asciicast import Asciicast
+from tether.modules.audit.recording.budget import RecordingBudget
 from tether.modules.audit.recording.channels import ChannelSink
 from tether.modules.audit.recording.spdy import SpdyDemux, SpdyError
 from tether.modules.audit.recording.websocket import WebSocketDemux
@@ -35,13 +38,25 @@ class SessionRecorder:
         agent_id: the agent the session went to.
         user_id: the user who opened it (0: none).
         max_bytes: most raw bytes kept; beyond them the recording is incomplete.
+        budget: the process' budget every kept byte is taken from (beyond it the recording is incomplete too), or
+            None for none. :meth:`release` gives them back.
     """
 
-    def __init__(self, event_id: str, agent_id: int, user_id: int, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(
+        self,
+        event_id: str,
+        agent_id: int,
+        user_id: int,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        budget: RecordingBudget | None = None,
+    ) -> None:
         self.event_id = event_id
         self.agent_id = agent_id
         self.user_id = user_id
         self._max_bytes = max_bytes
+        self._budget = budget
+        #: Bytes this recording holds in the budget: the kept bytes, then the encoded file.
+        self._held = 0
         self._started_unix = time.time()
         self._started = time.monotonic()
         self._chunks: list[tuple[float, bool, bytes]] = []
@@ -74,10 +89,13 @@ class SessionRecorder:
     def _keep(self, direction: bool, data: bytes) -> None:
         if not self.complete:
             return
-        if self._size + len(data) > self._max_bytes:
+        size = len(data)
+        if self._size + size > self._max_bytes or (self._budget is not None and not self._budget.take(size)):
             self.complete = False
             return
-        self._size += len(data)
+        if self._budget is not None:
+            self._held += size
+        self._size += size
         self._chunks.append((time.monotonic() - self._started, direction, data))
 
     def encode(self) -> bytes:
@@ -96,3 +114,20 @@ class SessionRecorder:
             self.complete = False
         self._chunks = []
         return cast.encode()
+
+    def hold_encoded(self, size: int) -> None:
+        """The encoded file (``size`` bytes) replaces the kept bytes in the budget until :meth:`release`.
+
+        Called on the event loop after :meth:`encode` (which runs in a worker thread) has returned.
+        """
+        if self._budget is not None:
+            self._budget.give_back(self._held)
+            self._budget.hold(size)
+            self._held = size
+
+    def release(self) -> None:
+        """Drop what was kept and give it back to the budget: the recording is stored or given up."""
+        self._chunks = []
+        if self._budget is not None:
+            self._budget.give_back(self._held)
+        self._held = 0

@@ -22,25 +22,32 @@ DEFAULT_STORE_TIMEOUT_S = 10.0
 async def store_recording(gitlab: GitlabClient, recorder: SessionRecorder, timeout_s: float) -> str:
     """Encode the session's recording (in a thread) and ``PUT`` it to the hub within ``timeout_s`` seconds.
 
-    Called once the session's connection is closed, so neither the encoding nor the hub holds up its bytes.
+    Called once the session's connection is closed, so neither the encoding nor the hub holds up its bytes. The
+    recording's bytes go back to its budget at the end, whatever the outcome.
 
     Returns:
         the audit event's ``recording`` value: "" (no session took place: the cluster refused the upgrade),
         "complete", or "incomplete" (bytes were left out, or the hub did not take the file in time: then the
         hub has none, or an older copy).
     """
-    if not recorder.switched:
-        return ""
-    cast = await asyncio.to_thread(recorder.encode)
     try:
-        await asyncio.wait_for(
-            gitlab.put_audit_recording(recorder.event_id, cast, recorder.complete, recorder.agent_id, recorder.user_id),
-            timeout_s,
-        )
-    except (GitlabClientError, TimeoutError, aiohttp.ClientError, OSError) as exc:
-        log.warning("session recording %s not stored by the hub: %r", recorder.event_id, exc)
-        return RECORDING_INCOMPLETE
-    return RECORDING_COMPLETE if recorder.complete else RECORDING_INCOMPLETE
+        if not recorder.switched:
+            return ""
+        cast = await asyncio.to_thread(recorder.encode)
+        recorder.hold_encoded(len(cast))
+        try:
+            await asyncio.wait_for(
+                gitlab.put_audit_recording(
+                    recorder.event_id, cast, recorder.complete, recorder.agent_id, recorder.user_id
+                ),
+                timeout_s,
+            )
+        except (GitlabClientError, TimeoutError, aiohttp.ClientError, OSError) as exc:
+            log.warning("session recording %s not stored by the hub: %r", recorder.event_id, exc)
+            return RECORDING_INCOMPLETE
+        return RECORDING_COMPLETE if recorder.complete else RECORDING_INCOMPLETE
+    finally:
+        recorder.release()  # its bytes go back to the process' budget
 
 
 async def store_after_session(gitlab: GitlabClient, recorder: SessionRecorder, timeout_s: float) -> str:

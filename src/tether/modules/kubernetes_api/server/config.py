@@ -35,6 +35,10 @@ class KubernetesApiCF(Section):
     #: Tether addition (issue 25 item 2): most bytes kept of one recorded exec/attach session (agents with
     #: ``audit: {record_sessions: true}``); beyond them the recording stops and is marked incomplete.
     session_recording_max_bytes: int = Field(default=8 * 1024 * 1024, ge=0)
+    #: Tether addition: most bytes all recorded sessions of this kas hold at once (kept bytes of running
+    #: sessions, files not yet stored); a recording that would go beyond it stops and is marked incomplete. It
+    #: bounds what a user who holds many sessions open makes kas buffer (docs/limits.md).
+    session_recording_max_total_bytes: int = Field(default=128 * 1024 * 1024, ge=0)
     #: Longest wait for the hub to store a finished session's recording; then it is given up (incomplete).
     session_recording_store_timeout: Duration = Field(default=10.0, gt=0)
 

@@ -6,6 +6,7 @@ import asyncio
 
 from tether.modserver.api import ServerApi
 from tether.modshared.module import ModuleStartError
+from tether.modules import audit
 from tether.modules.kubernetes_api.server.auth import ProxyUserAuthorizer
 from tether.modules.kubernetes_api.server.config import KubernetesApiCF
 from tether.modules.kubernetes_api.server.proxy import KubernetesApiProxy
@@ -40,6 +41,7 @@ class KubernetesApiServerModule:
             usage,
             audit=api.audit,
             gitlab=api.gitlab,
+            recording_budget=audit.RecordingBudget(config.session_recording_max_total_bytes, api.metrics),
         )
 
     async def start(self) -> None:

@@ -109,6 +109,7 @@ class KubernetesApiProxy:
         usage: counts authorized requests under upstream's usage names, or None.
         audit: where each request is recorded, refused ones too (``ServerApi.audit``; issue 25 item 1).
         gitlab: the hub's client, where recorded sessions are stored (issue 25 item 2), or None.
+        recording_budget: the bytes all recorded sessions share (``session_recording_max_total_bytes``), or None.
     """
 
     def __init__(
@@ -122,8 +123,10 @@ class KubernetesApiProxy:
         usage: ProxyUsage | None = None,
         audit: AuditSink | None = None,
         gitlab: GitlabClient | None = None,
+        recording_budget: audit_module.RecordingBudget | None = None,
     ) -> None:
         self._usage = usage
+        self._recording_budget = recording_budget
         self._config = config
         self._audit = audit if audit is not None else AuditSink()
         self._gitlab = gitlab
@@ -242,7 +245,7 @@ class KubernetesApiProxy:
                 upgrade = is_upgrade(request.headers.items())
                 recorder = None
                 if self._gitlab is not None:
-                    recorder = session_recorder(self._config, auth, url_path, upgrade, audit.id)
+                    recorder = session_recorder(self._config, auth, url_path, upgrade, audit.id, self._recording_budget)
                 head = request_header(request, url_path, impersonation, trace)
                 call = ProxyCall(request, head, upgrade, cors, tap=recorder)
                 audit.counter = call
