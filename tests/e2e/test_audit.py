@@ -106,8 +106,10 @@ async def test_an_event_for_each_kind_of_relayed_request(
                 await resp.read()
         # A Graph API session.
         ws = await http.ws_connect(kas1.k8s_proxy_url + "graph", protocols=["gitlab-agent-graph-api"], headers=headers)
-        await ws.send_str(json.dumps({"queries": [include("resource == 'configmaps'")]}))
-        assert (await ws.receive(timeout=60)).type == aiohttp.WSMsgType.TEXT
+        graph_request = json.dumps({"queries": [include("resource == 'configmaps'")]})
+        await ws.send_str(graph_request)
+        first_graph = await ws.receive(timeout=60)
+        assert first_graph.type == aiohttp.WSMsgType.TEXT
         await ws.close()
     # kubectl exec: the API server switches protocols (101) and ends the session (kwok runs no container).
     await kubectl_exec(kc, "audited", "--", "true", websockets=True)
@@ -133,6 +135,9 @@ async def test_an_event_for_each_kind_of_relayed_request(
         assert (row["resource"], row["subresource"], row["name"]) == ("pods", verb, "audited")
     graph = await wait_events(kas_hub, agent_id, lambda r: r["kind"] == "graph", "the graph session")
     assert (graph["verb"], graph["status"], graph["username"]) == ("session", 101, "auditor")
+    # The messages' bytes each way (kas serves the session itself: no relayed stream counts them).
+    assert graph["bytes_in"] == len(graph_request.encode())
+    assert graph["bytes_out"] >= len(first_graph.data.encode())
     exec_ = await wait_events(kas_hub, agent_id, lambda r: r["verb"] == "exec", "the exec")
     assert (exec_["status"], exec_["subresource"], exec_["name"]) == (101, "exec", "audited")
     assert exec_["bytes_out"] > 0

@@ -36,7 +36,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 import grpc
 import structlog
-from aiohttp import WSMsgType, web
+from aiohttp import WSMessage, WSMsgType, web
 from grpc import aio
 
 from tether.modserver.agent_conn import AgentCallError, AgentConn, AgentMethod
@@ -226,13 +226,15 @@ async def serve_graph_websocket(
     if not ws.can_prepare(request).ok:
         return web.Response(status=400, text=f"expected a WebSocket upgrade with the {GRAPH_SUBPROTOCOL} subprotocol\n")
     await ws.prepare(request)
+    traffic = _Traffic()
     record = request.get(REQUEST_KEY)
     if isinstance(record, AuditRecord):
         # The session is audited as switched (101) even if the client leaves while it winds down (then no
         # response is returned to the proxy, which would record the client as gone before any answer).
         record.head_status = 101
+        record.counter = traffic
     try:
-        await _session(ws, open_watch_graph, impersonation, first_message_timeout_s)
+        await _session(ws, open_watch_graph, impersonation, first_message_timeout_s, traffic)
     except asyncio.CancelledError:
         with contextlib.suppress(Exception):
             await asyncio.shield(_close(ws, 1001, "server is shutting down"))
@@ -240,11 +242,27 @@ async def serve_graph_websocket(
     return ws
 
 
+class _Traffic:
+    """The session's bytes for its audit event (``ByteCounter``): the data messages' payloads, each way."""
+
+    __slots__ = ("bytes_in", "bytes_out", "status_sent")
+
+    def __init__(self) -> None:
+        self.bytes_in = 0
+        self.bytes_out = 0
+        self.status_sent = 101
+
+    def received(self, message: WSMessage) -> None:
+        data = message.data
+        self.bytes_in += len(data.encode()) if isinstance(data, str) else len(data)
+
+
 async def _session(
     ws: web.WebSocketResponse,
     open_watch_graph: OpenWatchGraph,
     impersonation: kubernetes_api_pb2.ImpersonationConfig | None,
     first_message_timeout_s: float,
+    traffic: _Traffic,
 ) -> None:
     from tether.modules.graph.engine.request import RequestError, parse_request  # noqa: PLC0415
     from tether.modules.graph.rpc.wire import request_to_proto  # noqa: PLC0415
@@ -259,6 +277,7 @@ async def _session(
         return
     if first.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
         return  # the client went away (or aiohttp already closed, e.g. 1009 for a too large message)
+    traffic.received(first)
     if first.type != WSMsgType.TEXT:
         await _close(ws, 1003, "the request must be a text message with JSON")
         return
@@ -267,11 +286,11 @@ async def _session(
     except RequestError as exc:
         await _close(ws, 1007, f"invalid request: {exc}")
         return
-    reader = asyncio.create_task(_watch_client(ws), name="graph-ws-reader")
+    reader = asyncio.create_task(_watch_client(ws, traffic), name="graph-ws-reader")
     watch_request = request_to_proto(parsed.source)
     if impersonation is not None:
         watch_request.impersonation.CopyFrom(impersonation)
-    relay = asyncio.create_task(_relay(ws, open_watch_graph, watch_request), name="graph-ws-relay")
+    relay = asyncio.create_task(_relay(ws, open_watch_graph, watch_request, traffic), name="graph-ws-relay")
     try:
         await asyncio.wait({reader, relay}, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -299,18 +318,19 @@ async def _session(
         await _close(ws, 1011, f"internal error: {error}")
 
 
-async def _watch_client(ws: web.WebSocketResponse) -> bool:
+async def _watch_client(ws: web.WebSocketResponse, traffic: _Traffic) -> bool:
     """Return True when the client sends another data message, False when it closes."""
     while True:
         message = await ws.receive()
         if message.type in (WSMsgType.TEXT, WSMsgType.BINARY):
+            traffic.received(message)
             return True
         if message.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
             return False
 
 
 async def _relay(
-    ws: web.WebSocketResponse, open_watch_graph: OpenWatchGraph, request: rpc_pb2.WatchGraphRequest
+    ws: web.WebSocketResponse, open_watch_graph: OpenWatchGraph, request: rpc_pb2.WatchGraphRequest, traffic: _Traffic
 ) -> None:
     from tether.modules.graph.rpc.wire import response_to_json  # noqa: PLC0415
 
@@ -319,7 +339,9 @@ async def _relay(
         async for response in stream:
             if not response.actions and not response.warnings:
                 continue
-            await ws.send_frame(response_to_json(response), WSMsgType.TEXT)
+            message = response_to_json(response)
+            await ws.send_frame(message, WSMsgType.TEXT)
+            traffic.bytes_out += len(message)
     finally:
         aclose = getattr(stream, "aclose", None)
         if aclose is not None:
