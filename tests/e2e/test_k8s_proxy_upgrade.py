@@ -13,7 +13,7 @@ import itertools
 import os
 import ssl
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from typing import Any
 import aiohttp
 import pytest
 import pytest_asyncio
+import redis.asyncio as aioredis
 import yaml
 from aiohttp import web
 
@@ -122,14 +123,23 @@ async def endpoints() -> AsyncIterator[Endpoints]:
         await runner.cleanup()
 
 
-async def connect_agent(system: System, kas_hub: RealHub, kas: KasProc, server: str, tmp_path: Path) -> int:
+async def connect_agent(
+    system: System,
+    kas_hub: RealHub,
+    kas: KasProc,
+    server: str,
+    tmp_path: Path,
+    redis_client: Callable[[], aioredis.Redis] | None = None,
+) -> int:
+    """Start agentk on ``kas`` with ``server`` as its cluster; return its agent id once the tunnel tracker lists
+    ``kas`` for it (read with ``redis_client()`` when the system's own Redis is not kas' one)."""
     agent_id = next(_ids)
     token = f"upgrade-agent-{agent_id}-{time.monotonic_ns()}"
     kas_hub.add_agent(token, agent_id, 75, f"upgrade-{agent_id}")
     kubeconfig = agent_kubeconfig(tmp_path / f"agent-{agent_id}.kubeconfig", server, f"sa-token-{agent_id}")
     system.agentk(token, kas, f"upgrade-{agent_id}", kubeconfig=kubeconfig)
     deadline = time.monotonic() + 30
-    while kas.private_url not in await system.tunnel_urls(agent_id):
+    while kas.private_url not in await system.tunnel_urls(agent_id, redis_client() if redis_client else None):
         assert time.monotonic() < deadline, "agentk did not connect to kas 2"
         await asyncio.sleep(0.1)
     return agent_id

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import shutil
 import socket
+import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
@@ -46,7 +47,52 @@ def find_redis_server(binary: str | None = None) -> str:
     return found
 
 
-def redis_ping(port: int, host: str = HOST, timeout: float = 1.0, password: str | None = None) -> bool:
+@dataclass(frozen=True)
+class RedisServerTls:
+    """TLS of a :class:`RedisServer`: it then listens with TLS only (``--tls-port``, no plain port).
+
+    Attributes:
+        certificate_file / key_file: the server's certificate (SAN 127.0.0.1) and key, PEM.
+        ca_certificate_file: the CA that signed it, and the clients' certificates.
+        auth_clients: whether clients must present a certificate signed by that CA (``--tls-auth-clients``).
+    """
+
+    certificate_file: Path
+    key_file: Path
+    ca_certificate_file: Path
+    auth_clients: bool = True
+
+    def client_context(self) -> ssl.SSLContext:
+        """A client context trusting the CA, presenting the server's own certificate (it is valid for clients too)."""
+        context = ssl.create_default_context(cafile=str(self.ca_certificate_file))
+        context.load_cert_chain(str(self.certificate_file), str(self.key_file))
+        return context
+
+    def args(self, port: int) -> list[str]:
+        """The ``redis-server`` arguments that serve TLS on ``port``."""
+        return [
+            "--port",
+            "0",
+            "--tls-port",
+            str(port),
+            "--tls-cert-file",
+            str(self.certificate_file),
+            "--tls-key-file",
+            str(self.key_file),
+            "--tls-ca-cert-file",
+            str(self.ca_certificate_file),
+            "--tls-auth-clients",
+            "yes" if self.auth_clients else "no",
+        ]
+
+
+def redis_ping(
+    port: int,
+    host: str = HOST,
+    timeout: float = 1.0,
+    password: str | None = None,
+    tls: ssl.SSLContext | None = None,
+) -> bool:
     """Send a RESP ``PING`` (after ``AUTH password`` when given) to ``host:port``; True when it answers ``+PONG``.
 
     Args:
@@ -54,6 +100,7 @@ def redis_ping(port: int, host: str = HOST, timeout: float = 1.0, password: str 
         host: address of the server.
         timeout: socket timeout in seconds for connect and read.
         password: the server's ``requirepass``, or None.
+        tls: the client context for a server that speaks TLS, or None.
 
     Returns:
         False on any connection error or other reply (e.g. ``-LOADING`` while the server starts).
@@ -64,7 +111,8 @@ def redis_ping(port: int, host: str = HOST, timeout: float = 1.0, password: str 
         request = b"*2\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n" % (len(secret), secret) + request
         expected = b"+OK\r\n+PONG"
     try:
-        with socket.create_connection((host, port), timeout=timeout) as sock:
+        with socket.create_connection((host, port), timeout=timeout) as raw:
+            sock = tls.wrap_socket(raw, server_hostname=host) if tls is not None else raw
             sock.sendall(request)
             reply = b""
             while len(reply) < len(expected) and (chunk := sock.recv(64)):
@@ -90,6 +138,7 @@ class RedisServer(SupervisedServer):
         startup_timeout: seconds to wait for ``PING`` to be answered.
         password: ``requirepass`` (and ``masterauth``, for a replica) or None.
         replica_of: port of a master on ``127.0.0.1`` to replicate (``--replicaof``), or None for a master.
+        tls: serve TLS only (:class:`RedisServerTls`), or None for plain TCP.
     """
 
     base_dir: Path
@@ -98,6 +147,7 @@ class RedisServer(SupervisedServer):
     startup_timeout: float = 15.0
     password: str | None = None
     replica_of: int | None = None
+    tls: RedisServerTls | None = None
     _process: ManagedProcess | None = field(default=None, init=False, repr=False)
 
     @property
@@ -121,7 +171,7 @@ class RedisServer(SupervisedServer):
         """Return the URL of logical database ``db`` (0..15); raises RuntimeError before :meth:`start`."""
         if self._process is None or self.port is None:
             raise RuntimeError("redis-server was not started")
-        return f"redis://{HOST}:{self.port}/{db}"
+        return f"{'rediss' if self.tls else 'redis'}://{HOST}:{self.port}/{db}"
 
     def start(self) -> Self:
         """Start the server and wait until it answers ``PING``.
@@ -156,7 +206,14 @@ class RedisServer(SupervisedServer):
             try:
                 self._process.start()
                 self._process.wait_ready(
-                    functools.partial(redis_ping, port, password=self.password), self.startup_timeout, "ready (PING)"
+                    functools.partial(
+                        redis_ping,
+                        port,
+                        password=self.password,
+                        tls=self.tls.client_context() if self.tls else None,
+                    ),
+                    self.startup_timeout,
+                    "ready (PING)",
                 )
             except ProcessFailed as exc:
                 self.stop()
@@ -170,8 +227,7 @@ class RedisServer(SupervisedServer):
     def _args(self, executable: str, port: int) -> list[str]:
         return [
             executable,
-            "--port",
-            str(port),
+            *(self.tls.args(port) if self.tls else ("--port", str(port))),
             "--bind",
             HOST,
             "--save",
