@@ -378,6 +378,45 @@ def test_external_redis_needs_an_address() -> None:
     assert "redis.external.address" in render_error(SERVER, "--set", "redis.bundled=false")
 
 
+def test_kas_finds_its_redis_through_sentinel_over_tls(tmp_path: Path) -> None:
+    """redis.external.sentinel and .tls become kas' redis.sentinel and redis.tls, each file mounted from its Secret."""
+    values = ["--set", "redis.bundled=false,redis.external.passwordSecret=redis-pw"]
+    values += ["--set", "redis.external.sentinel.masterName=tether,redis.external.sentinel.passwordSecret=sentinel-pw"]
+    values += ["--set", "redis.external.sentinel.addresses={s-0.redis:26379,s-1.redis:26379,s-2.redis:26379}"]
+    values += ["--set", "redis.external.tls.enabled=true,redis.external.tls.caSecret=redis-ca"]
+    values += ["--set", "redis.external.tls.clientSecret=redis-client"]
+    docs = render(SERVER, *values)
+    (tmp_path / "kas.yaml").write_text(named(docs, "ConfigMap", "t-tether-kas")["data"]["kas.yaml"])
+    redis = load_config(tmp_path / "kas.yaml").redis
+    assert redis is not None and redis.server is None and redis.sentinel is not None
+    assert (redis.sentinel.master_name, len(redis.sentinel.addresses)) == ("tether", 3)
+    assert redis.tls.enabled and redis.tls.key_file is not None
+    files = [redis.password_file, redis.sentinel.sentinel_password_file]
+    files += [redis.tls.ca_certificate_file, redis.tls.certificate_file, redis.tls.key_file]
+    kas = named(docs, "Deployment", "t-tether-kas")["spec"]["template"]["spec"]
+    mounts = {m["name"]: m["mountPath"] for m in kas["containers"][0]["volumeMounts"]}
+    secrets = {v["name"]: v["secret"] for v in kas["volumes"] if "secret" in v}
+    for file in files:
+        assert file is not None
+        (volume,) = [name for name, path in mounts.items() if file.parent == Path(path)]
+        assert file.name in [item["path"] for item in secrets[volume]["items"]], file
+    assert {secrets[v]["secretName"] for v in mounts if v.startswith("redis-")} == {
+        "redis-pw",
+        "sentinel-pw",
+        "redis-ca",
+        "redis-client",
+    }
+
+
+def test_sentinel_needs_its_sentinels_and_no_address_beside_it() -> None:
+    sentinel = ["--set", "redis.bundled=false,redis.external.sentinel.masterName=tether"]
+    assert "redis.external.sentinel.addresses" in render_error(SERVER, *sentinel)
+    both = [*sentinel, "--set", "redis.external.address=redis:6379,redis.external.sentinel.addresses={s:26379}"]
+    assert "not both" in render_error(SERVER, *both)
+    bad = [*sentinel, "--set", "redis.external.sentinel.addresses={sentinel-without-port}"]
+    assert "addresses" in render_error(SERVER, *bad)
+
+
 def test_ingress_passes_grpc_to_the_agent_listener_and_long_websockets_to_the_proxy() -> None:
     hosts = "ingress.kasAgentHost=kas.example.com,ingress.kasProxyHost=k8s.example.com,ingress.hubHost=hub.example.com"
     docs = render(SERVER, "--set", f"ingress.enabled=true,{hosts}")

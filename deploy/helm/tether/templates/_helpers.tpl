@@ -37,3 +37,44 @@ app.kubernetes.io/name: {{ .component }}
 {{- fail "redis.bundled is false: set redis.external.address (host:port)" -}}
 {{- end -}}
 {{- end -}}
+
+{{/* kas' mounts of the Sentinel password and the Redis TLS files (redis.external.sentinel / .tls). */}}
+{{- define "tether.redisMounts" -}}
+{{- $ext := .Values.redis.external -}}
+{{- if not .Values.redis.bundled -}}
+{{- if and $ext.sentinel.masterName $ext.sentinel.passwordSecret }}
+- { name: redis-sentinel-password, mountPath: /etc/tether/redis-sentinel, readOnly: true }
+{{- end }}
+{{- if and $ext.tls.enabled $ext.tls.caSecret }}
+- { name: redis-tls-ca, mountPath: /etc/tether/redis-tls/ca, readOnly: true }
+{{- end }}
+{{- if and $ext.tls.enabled $ext.tls.clientSecret }}
+- { name: redis-tls-client, mountPath: /etc/tether/redis-tls/client, readOnly: true }
+{{- end }}
+{{- end -}}
+{{- end -}}
+
+{{/* The Secrets behind tether.redisMounts, one key each. */}}
+{{- define "tether.redisVolumes" -}}
+{{- $ext := .Values.redis.external -}}
+{{- if not .Values.redis.bundled -}}
+{{- if and $ext.sentinel.masterName $ext.sentinel.passwordSecret }}
+- name: redis-sentinel-password
+  secret:
+    secretName: {{ $ext.sentinel.passwordSecret }}
+    items: [{ key: password, path: password }]
+{{- end }}
+{{- if and $ext.tls.enabled $ext.tls.caSecret }}
+- name: redis-tls-ca
+  secret:
+    secretName: {{ $ext.tls.caSecret }}
+    items: [{ key: ca.crt, path: ca.crt }]
+{{- end }}
+{{- if and $ext.tls.enabled $ext.tls.clientSecret }}
+- name: redis-tls-client
+  secret:
+    secretName: {{ $ext.tls.clientSecret }}
+    items: [{ key: tls.crt, path: tls.crt }, { key: tls.key, path: tls.key }]
+{{- end }}
+{{- end -}}
+{{- end -}}
