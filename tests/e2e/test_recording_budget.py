@@ -67,7 +67,7 @@ async def test_sessions_held_open_together_never_make_kas_buffer_more_than_the_b
     kas_hub.grant_proxy_access(pat, "rec-budget", agent_id, 75)
     kas_hub.record_sessions(agent_id)
     headers = {"Authorization": f"Bearer pat:{agent_id}:{pat}"}
-    payload = bytes(range(256)) * (CHUNK // 256)
+    payload = (b"echo terminal output 0123456789\r\n" * CHUNK)[:CHUNK]  # text, as a terminal sends
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_tls(kas))) as client:
         sessions = [
             await client.ws_connect(

@@ -170,20 +170,23 @@ def test_slow_hub_makes_the_recording_incomplete_without_waiting_longer() -> Non
 def test_recordings_share_the_process_budget_and_give_it_back_once_stored() -> None:
     """Many sessions held open cannot make kas buffer more than the budget (docs/limits.md): the recording that
     would go beyond it stops there, marked incomplete; stored or given up, a recording's bytes come back."""
-    budget = RecordingBudget(100)
+    budget = RecordingBudget(11_000)
     first, second = SessionRecorder("g" * 32, 7, 9, budget=budget), SessionRecorder("h" * 32, 7, 9, budget=budget)
     for recorder in (first, second):
         recorder.upgraded({"Upgrade": ["websocket"], "Sec-Websocket-Protocol": ["v5.channel.k8s.io"]})
-    big, small = _ws_frames(Side.SERVER, b"\x01" + b"a" * 60), _ws_frames(Side.SERVER, b"\x01" + b"b" * 20)
+    big, small = _ws_frames(Side.SERVER, b"\x01" + b"a" * 4000), _ws_frames(Side.SERVER, b"\x01" + b"b" * 3000)
     first.server(big)
     second.server(small)
-    second.server(small)  # 63 + 23 + 23 > 100: left out
+    second.server(small)
+    second.server(small)  # 4,005 + 3 x 3,005 > 11,000: left out
     assert (first.complete, second.complete) == (True, False)
-    assert budget.used == len(big) + len(small) == 86
+    assert budget.used == len(big) + 2 * len(small)
 
     async def store_both() -> list[str]:
-        hub = _SlowHub(0)
-        return [await store_after_session(hub, first, 5.0), await store_after_session(_SlowHub(30), second, 0.1)]  # type: ignore[arg-type]
+        return [
+            await store_after_session(_SlowHub(0), first, 5.0),  # type: ignore[arg-type]
+            await store_after_session(_SlowHub(30), second, 0.1),  # type: ignore[arg-type]
+        ]
 
     assert asyncio.run(store_both()) == ["complete", "incomplete"]
     assert budget.used == 0, "stored or given up, a recording holds nothing"
@@ -194,13 +197,22 @@ def test_recordings_share_the_process_budget_and_give_it_back_once_stored() -> N
     assert budget.used == 0, "a session the cluster refused gives its bytes back too"
 
 
-def test_the_encoded_file_takes_the_place_of_the_kept_bytes_until_stored() -> None:
-    budget = RecordingBudget(1000)
+def test_a_file_of_tiny_frames_stops_at_its_share_of_the_budget() -> None:
+    """One byte per frame makes a JSON line of some 20 bytes per 4 bytes kept: the file may not grow past what the
+    recording holds and the budget can still give; the recording is then incomplete, the file well formed."""
+    budget = RecordingBudget(64 * 1024)
     recorder = SessionRecorder("j" * 32, 7, 9, budget=budget)
     recorder.upgraded({"Upgrade": ["websocket"], "Sec-Websocket-Protocol": ["v5.channel.k8s.io"]})
-    recorder.server(_ws_frames(Side.SERVER, b"\x01" + b"\x07" * 50))  # control characters: the file is larger
-    cast = recorder.encode()
+    frame = _ws_frames(Side.SERVER, b"\x01x")
+    for _ in range(10_000):
+        recorder.server(frame)
+    kept = budget.used
+    limit = recorder.reserve_file()
+    assert limit == budget.used == budget.max_bytes > kept
+    cast = recorder.encode(limit)
     recorder.hold_encoded(len(cast))
-    assert budget.used == len(cast) > 52
+    assert not recorder.complete and len(cast) <= limit + 200  # the header is outside the bound
+    assert all(json.loads(line) for line in cast.decode().splitlines())
+    assert budget.used == len(cast)
     recorder.release()
     assert budget.used == 0

@@ -5,6 +5,9 @@ by one JSON array per event: ``[seconds since the start, "o" | "i" | "r", data]`
 stdout and stderr), ``i`` input (the user's stdin), ``r`` a terminal resize (``"WIDTHxHEIGHT"``). Bytes are
 decoded as UTF-8 per stream, incrementally (a character split across two frames stays whole); invalid bytes
 become U+FFFD.
+
+Each event is written as its line at once, into one buffer of at most ``max_bytes``: a session of many tiny frames
+(a line of JSON each) would otherwise hold a Python object per event while the file is made.
 """
 
 from __future__ import annotations
@@ -23,19 +26,24 @@ EventCode = Literal["o", "i", "r"]
 
 
 class Asciicast:
-    """Collects a session's events; :meth:`encode` writes the file.
+    """Collects a session's events, in time order; :meth:`encode` writes the file.
 
     Args:
         timestamp: unix seconds of the session's start (the header's ``timestamp``).
         env: the header's ``env`` (e.g. ``{"TERM": "xterm"}``), omitted when empty.
+        max_bytes: most bytes of event lines (the header aside); None for no bound. The first event that does not
+            fit ends the file there and clears :attr:`complete`.
     """
 
-    def __init__(self, timestamp: float, env: dict[str, str] | None = None) -> None:
+    def __init__(self, timestamp: float, env: dict[str, str] | None = None, max_bytes: int | None = None) -> None:
         self._timestamp = timestamp
         self._env = env or {}
         self._size: tuple[int, int] | None = None
-        self._events: list[tuple[float, EventCode, str]] = []
+        self._lines = bytearray()
+        self._max_bytes = max_bytes
         self._decoders: dict[str, codecs.IncrementalDecoder] = {}
+        #: False once an event was left out because the file reached ``max_bytes``.
+        self.complete = True
 
     def data(self, seconds: float, code: Literal["o", "i"], stream: str, data: bytes) -> None:
         """Record ``data`` of ``stream`` (e.g. ``stdout``) at ``seconds`` after the start as an ``o``/``i`` event."""
@@ -44,7 +52,7 @@ class Asciicast:
             decoder = self._decoders[stream] = codecs.getincrementaldecoder("utf-8")(errors="replace")
         text = decoder.decode(data)
         if text:
-            self._events.append((seconds, code, text))
+            self._add(seconds, code, text)
 
     def resize(self, seconds: float, width: int, height: int) -> None:
         """Record a terminal resize; the first one (or the default 80x24) sizes the header."""
@@ -52,19 +60,21 @@ class Asciicast:
             return
         if self._size is None:
             self._size = (width, height)
-        self._events.append((seconds, "r", f"{width}x{height}"))
+        self._add(seconds, "r", f"{width}x{height}")
 
-    @property
-    def events(self) -> list[tuple[float, EventCode, str]]:
-        """The events so far, in order: (seconds since the start, code, data)."""
-        return self._events
+    def _add(self, seconds: float, code: EventCode, text: str) -> None:
+        if not self.complete:
+            return
+        line = json.dumps([round(max(seconds, 0.0), 6), code, text], ensure_ascii=False).encode() + b"\n"
+        if self._max_bytes is not None and len(self._lines) + len(line) > self._max_bytes:
+            self.complete = False
+            return
+        self._lines += line
 
     def encode(self) -> bytes:
-        """The asciicast v2 file (UTF-8 JSON lines), events in time order."""
+        """The asciicast v2 file (UTF-8 JSON lines): the header, then the events."""
         width, height = self._size or (DEFAULT_WIDTH, DEFAULT_HEIGHT)
         header: dict[str, object] = {"version": 2, "width": width, "height": height, "timestamp": int(self._timestamp)}
         if self._env:
             header["env"] = self._env
-        lines = [json.dumps(header)]
-        lines += [json.dumps([round(max(t, 0.0), 6), code, text], ensure_ascii=False) for t, code, text in self._events]
-        return ("\n".join(lines) + "\n").encode()
+        return json.dumps(header).encode() + b"\n" + self._lines

@@ -50,6 +50,12 @@ class RecordingBudget:
         self.used += size
         return True
 
+    def take_up_to(self, size: int) -> int:
+        """Hold as much of ``size`` bytes as the budget has room for; return how many (0 when full)."""
+        granted = max(0, min(size, self.max_bytes - self.used))
+        self.used += granted
+        return granted
+
     def hold(self, size: int) -> None:
         """Count ``size`` bytes that are in memory already (a recording's encoded file), even beyond the budget."""
         self.used += size

@@ -11,6 +11,7 @@ their :class:`~tether.modules.audit.recording.budget.RecordingBudget`. When the 
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -27,6 +28,11 @@ log = logging.getLogger(__name__)
 
 #: Default most bytes (both directions, protocol framing included) kept for one session.
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
+#: The file may be this many times the bytes kept, plus :data:`_FILE_SLACK`, and at most twice ``max_bytes`` (the
+#: hub's own default cap, 16 MiB, is twice the default here). A keystroke and its echo make about 4 times their
+#: bytes in JSON lines; a client sending one byte per frame makes far more, and its recording is cut there.
+_FILE_PER_KEPT_BYTE = 8
+_FILE_SLACK = 4096
 _CLIENT, _SERVER = True, False
 
 
@@ -59,7 +65,7 @@ class SessionRecorder:
         self._held = 0
         self._started_unix = time.time()
         self._started = time.monotonic()
-        self._chunks: list[tuple[float, bool, bytes]] = []
+        self._chunks: collections.deque[tuple[float, bool, bytes]] = collections.deque()
         self._size = 0
         self._protocol = ""
         self._subprotocol = ""
@@ -98,13 +104,31 @@ class SessionRecorder:
         self._size += size
         self._chunks.append((time.monotonic() - self._started, direction, data))
 
-    def encode(self) -> bytes:
-        """The asciicast v2 file of what was kept; a protocol error ends it there (and marks it incomplete)."""
-        cast = Asciicast(self._started_unix, {"TERM": "xterm-256color"})
+    def reserve_file(self) -> int:
+        """The most bytes of events the file may have (:meth:`encode`); called on the event loop before it.
+
+        The file may always use what the kept bytes hold in the budget (they are dropped as the file is made), and
+        more while the budget has room, which is taken now. The kept bytes still there and the file so far exist
+        together while it is made: for that moment the process may hold up to twice its share of the budget.
+        """
+        wanted = min(2 * self._max_bytes, self._size * _FILE_PER_KEPT_BYTE + _FILE_SLACK)
+        if self._budget is None:
+            return wanted
+        self._held += self._budget.take_up_to(max(wanted - self._held, 0))
+        return self._held
+
+    def encode(self, max_file_bytes: int | None = None) -> bytes:
+        """The asciicast v2 file of what was kept, made in a worker thread.
+
+        A protocol error ends it there, and so does reaching ``max_file_bytes`` of events (:meth:`reserve_file`);
+        either marks the recording incomplete.
+        """
+        cast = Asciicast(self._started_unix, {"TERM": "xterm-256color"}, max_file_bytes)
         sink = ChannelSink(cast)
         demux = SpdyDemux(sink) if self._protocol == "spdy" else WebSocketDemux(sink, self._subprotocol)
         try:
-            for seconds, direction, data in self._chunks:
+            while self._chunks:
+                seconds, direction, data = self._chunks.popleft()  # each chunk goes as soon as it is in the file
                 if direction is _CLIENT:
                     demux.client(seconds, data)
                 else:
@@ -112,13 +136,17 @@ class SessionRecorder:
         except (SpdyError, ValueError) as exc:
             log.info("session recording %s stops at a protocol error: %s", self.event_id, exc)
             self.complete = False
-        self._chunks = []
+        self._chunks.clear()
+        if not cast.complete:
+            log.info("session recording %s stops at its file's %d bytes", self.event_id, max_file_bytes)
+            self.complete = False
         return cast.encode()
 
     def hold_encoded(self, size: int) -> None:
-        """The encoded file (``size`` bytes) replaces the kept bytes in the budget until :meth:`release`.
+        """The encoded file (``size`` bytes) replaces the kept bytes and the reservation in the budget.
 
-        Called on the event loop after :meth:`encode` (which runs in a worker thread) has returned.
+        It stays counted until :meth:`release`. Called on the event loop once :meth:`encode` (in a worker thread)
+        has returned.
         """
         if self._budget is not None:
             self._budget.give_back(self._held)
@@ -127,7 +155,7 @@ class SessionRecorder:
 
     def release(self) -> None:
         """Drop what was kept and give it back to the budget: the recording is stored or given up."""
-        self._chunks = []
+        self._chunks.clear()
         if self._budget is not None:
             self._budget.give_back(self._held)
         self._held = 0

@@ -33,7 +33,7 @@ async def store_recording(gitlab: GitlabClient, recorder: SessionRecorder, timeo
     try:
         if not recorder.switched:
             return ""
-        cast = await asyncio.to_thread(recorder.encode)
+        cast = await asyncio.to_thread(recorder.encode, recorder.reserve_file())
         recorder.hold_encoded(len(cast))
         try:
             await asyncio.wait_for(
