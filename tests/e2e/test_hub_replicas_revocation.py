@@ -1,6 +1,7 @@
 """A revocation committed by a hub replica that stops before any kas acknowledged it is delivered by another
 replica (issue 26 item 2). Before, the delivery lived in the committing process only: it was lost with it, and
-the token kept working on every kas until kas' cached answer expired.
+the token kept working on every kas until kas' cached answer expired. The stopping replica hands it over: another
+replica delivers it at once, not after the revocation's 60 s lease.
 
 Real hubs on one PostgreSQL database, a real kas on a private Redis.
 """
@@ -30,7 +31,8 @@ def test_a_revocation_left_by_a_stopped_replica_reaches_kas(
     proxy_tls: pki.ClusterPki,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(revocation_outbox, "LEASE_S", 0.0)  # sweeps may take it at once
+    # The revocation keeps its default 60 s lease: the stopping replica hands it over, the survivor's next sweep
+    # delivers it. (With the lease at 0 instead, the stopping replica's own sweep could claim it for 30 s first.)
     monkeypatch.setattr(revocation_outbox, "SWEEP_INTERVAL_S", 0.5)
     redis = RedisServer(tmp_path / "redis").start()
     launcher = HubLauncher(tmp_path, postgres_url)
@@ -47,7 +49,7 @@ def test_a_revocation_left_by_a_stopped_replica_reaches_kas(
         assert "agent tokens revoked" not in (kas.directory / "kas.log").read_text()
 
         launcher.start(survivor, {"kas.api_address": kas.api_target})
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 10  # the lease would have held it for 60 s
         while "agent tokens revoked" not in (kas.directory / "kas.log").read_text():
             assert time.monotonic() < deadline, "no replica delivered the revocation to kas"
             time.sleep(0.2)

@@ -94,6 +94,7 @@ def create_app(config: HubConfig, gitlab_secret: bytes) -> FastAPI:
                 throttle=FailedAuthThrottle(db, config.security.failed_auth_per_source_per_minute),
                 token_uses=token_uses,
                 gitaly_token=token,
+                revocations=sweeper,
             )
             log.info("hub ready on %s (database: %s)", config.listen, db.backend)
             yield

@@ -74,9 +74,16 @@ async def announce_revoked_tokens(
         _in_background(outbox.hand_over(state.db, revocation_id))
         return
 
+    revocations = state.revocations
+    if revocations is not None:
+        revocations.holding(revocation_id)
+
     def done(task: asyncio.Task[bool]) -> None:
-        if not task.cancelled():  # cancelled: this hub stops, and a sweep delivers it
-            _in_background(outbox.forget(state.db, revocation_id))
+        if task.cancelled():  # this hub stops: its sweeper handed the revocation over to the other replicas
+            return
+        if revocations is not None:
+            revocations.released(revocation_id)
+        _in_background(outbox.forget(state.db, revocation_id))
 
     delivery.add_done_callback(done)
 

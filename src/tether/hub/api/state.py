@@ -10,6 +10,7 @@ from tether.hub.api.throttle import FailedAuthThrottle
 from tether.hub.config import HubConfig
 from tether.hub.db.engine import Database
 from tether.hub.kas_client import KasApiClient
+from tether.hub.service.revocation_outbox import RevocationSweeper
 from tether.hub.service.token_use import TokenUseWriter
 
 
@@ -25,6 +26,8 @@ class HubState:
         gitaly_token: the token of the Gitaly-compatible service, sent to kas in ``agent_info``.
         throttle: failed authentications per client address.
         token_uses: agent tokens' ``last_used_at``, written in batches.
+        revocations: the revocation outbox's sweeper (it also knows which deliveries this replica holds), or None
+            without ``kas.api_address``.
     """
 
     config: HubConfig
@@ -34,6 +37,7 @@ class HubState:
     throttle: FailedAuthThrottle
     token_uses: TokenUseWriter
     gitaly_token: str = ""
+    revocations: RevocationSweeper | None = None
 
 
 def hub_state(request: Request) -> HubState:

@@ -7,7 +7,8 @@ every kas until kas' cached answer expired. Now the revoking transaction also wr
 and deletes the row when a kas acknowledges (or the delivery is given up); every replica sweeps the rows
 whose ``next_attempt_at`` has passed, each row by one replica at a time (``FOR UPDATE SKIP LOCKED`` on
 PostgreSQL). kas records a revocation idempotently (a set of digests in Redis), so one delivered twice, by
-the dying replica and a sweep, does no harm.
+the dying replica and a sweep, does no harm. A replica that stops hands the revocations it still holds (its own
+deliveries, the rows its sweeps claimed) to the others' sweeps at once, instead of leaving them to their lease.
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ async def forget(db: Database, revocation_id: int) -> None:
 class RevocationSweeper:
     """Every ``interval_s`` seconds, delivers the revocations whose ``next_attempt_at`` has passed.
 
+    On :meth:`close` it hands over the ones this replica holds.
+
     Args:
         db: the hub database.
         kas: the client of kas' api listener.
@@ -90,6 +93,16 @@ class RevocationSweeper:
         self._timeout_s = timeout_s
         self._interval_s = SWEEP_INTERVAL_S if interval_s is None else interval_s
         self._task: asyncio.Task[None] | None = None
+        #: Revocations this replica delivers or has claimed, not yet acknowledged or given up.
+        self._held: set[int] = set()
+
+    def holding(self, revocation_id: int) -> None:
+        """This replica delivers ``revocation_id`` itself (the request that revoked): handed over if it stops first."""
+        self._held.add(revocation_id)
+
+    def released(self, revocation_id: int) -> None:
+        """The delivery of ``revocation_id`` by this replica ended (acknowledged or given up)."""
+        self._held.discard(revocation_id)
 
     def start(self) -> None:
         """Start sweeping in the running event loop."""
@@ -123,6 +136,7 @@ class RevocationSweeper:
             )
             for row in rows:
                 row.next_attempt_at = now + timedelta(seconds=RETRY_S)
+                self._held.add(row.id)
         delivered = 0
         for row in rows:
             try:
@@ -141,10 +155,19 @@ class RevocationSweeper:
                 log.info("kas api: revocation %d of agent %d's tokens delivered by a sweep", row.id, row.agent_id)
                 delivered += 1
             await forget(self._db, row.id)
+            self._held.discard(row.id)
         return delivered
 
     async def close(self) -> None:
-        """Stop sweeping."""
+        """Stop sweeping, and make what this replica holds due now: the other replicas' next sweeps deliver it."""
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        for revocation_id in sorted(self._held):
+            try:
+                await hand_over(self._db, revocation_id)
+            except Exception:  # the database is away: the row waits for its lease or claim to pass
+                log.warning("revocation %d could not be handed over; it waits for its lease to pass", revocation_id)
+        if self._held:
+            log.info("%d revocation(s) handed over to the other hub replicas", len(self._held))
+        self._held.clear()
