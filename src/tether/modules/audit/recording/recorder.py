@@ -1,7 +1,7 @@
 """The tap on one relayed exec/attach connection: raw bytes into a bounded buffer, an asciicast at the end.
 
 The relay calls :meth:`SessionRecorder.client` / :meth:`SessionRecorder.server` with each chunk it forwards: an
-append to a list, no parsing, no I/O, no await, so recording costs the session next to nothing. Once
+append to a queue, no parsing, no I/O, no await, so recording costs the session next to nothing. Once
 ``max_bytes`` are buffered the recorder stops keeping bytes and the recording is incomplete (what came before is
 kept); the session's bytes go on untouched. The same happens when all recordings of the process together hold
 their :class:`~tether.modules.audit.recording.budget.RecordingBudget`. When the session is over,
