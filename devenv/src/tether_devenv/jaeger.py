@@ -3,16 +3,13 @@
 The trace collector of the tracing test (``tests/e2e/test_tracing.py``): it receives OTLP from the hub, kas and
 agentk, keeps the spans in memory and answers queries over its HTTP API. ``go build
 github.com/jaegertracing/jaeger/cmd/jaeger`` (Jaeger v2, an OpenTelemetry Collector distribution; module
-version v1.76.0, ``../shared/reference/deployment.md`` §1) in a throw-away wrapper module (the recipe of
-``build.py``) into ``<cache>/jaeger/v<version>/jaeger``. The binary is moved into place only once it runs, so
-an interrupted build is never used.
+version v1.76.0, ``../shared/reference/deployment.md`` §1), built by ``go_tool.py`` into
+``<cache>/jaeger/v<version>/jaeger``.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 import time
@@ -24,27 +21,14 @@ from typing import Any
 
 import yaml
 
-from tether_devenv.assets import cache_root
-from tether_devenv.build import BuildError, Progress, _check_go, _exclusive, _fresh_module, _Runner
+from tether_devenv.build import BuildError, Progress
+from tether_devenv.go_tool import GoTool
 from tether_devenv.process import ManagedProcess, free_ports
 
 __all__ = ["JAEGER_VERSION", "JaegerServer", "build_jaeger", "jaeger_path"]
 
 #: ``github.com/jaegertracing/jaeger`` module version (``../shared/reference/deployment.md`` §1).
 JAEGER_VERSION = "1.76.0"
-_PACKAGE = "github.com/jaegertracing/jaeger/cmd/jaeger"
-
-
-def jaeger_path() -> Path:
-    """Where the cached Jaeger binary lives: ``<cache>/jaeger/v1.76.0/jaeger`` (it may not exist yet)."""
-    return cache_root() / "jaeger" / f"v{JAEGER_VERSION}" / "jaeger"
-
-
-def _runs(binary: Path) -> bool:
-    # The manifest is written last: a binary without it is the leftover of an interrupted build.
-    if not (binary.parent / "manifest.json").is_file():
-        return False
-    return _answers_help(binary)
 
 
 def _answers_help(binary: Path) -> bool:
@@ -55,42 +39,21 @@ def _answers_help(binary: Path) -> bool:
     return result.returncode == 0
 
 
+_JAEGER = GoTool("jaeger", "github.com/jaegertracing/jaeger/cmd/jaeger", JAEGER_VERSION, _answers_help)
+
+
+def jaeger_path() -> Path:
+    """Where the cached Jaeger binary lives: ``<cache>/jaeger/v1.76.0/jaeger`` (it may not exist yet)."""
+    return _JAEGER.path
+
+
 def build_jaeger(force: bool = False, progress: Progress = print) -> Path:
     """Build (or reuse) Jaeger and return its path.
 
     Raises:
         BuildError: no or too old Go toolchain, or a failed ``go`` step (with the output tail).
     """
-    final = jaeger_path()
-    if not force and _runs(final):
-        progress(f"jaeger v{JAEGER_VERSION} is cached in {final.parent}")
-        return final
-    final.parent.parent.mkdir(parents=True, exist_ok=True)
-    with _exclusive(final.parent.parent / ".build.lock", progress):
-        if not force and _runs(final):
-            return final
-        progress(f"building jaeger v{JAEGER_VERSION} from its Go module into {final.parent}")
-        go = _check_go(progress)
-        env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod", GOTOOLCHAIN=os.environ.get("GOTOOLCHAIN", "auto"))
-        runner = _Runner(env=env, progress=progress, retry_hint="re-running `make bootstrap` builds it again.")
-        work = final.parent.parent / "work"
-        _fresh_module(go, runner, work, "local/jaegerbin")
-        runner.run([go, "get", f"{_PACKAGE}@v{JAEGER_VERSION}"], work, "jaeger: go get")
-        partial = final.parent.parent / f".partial-jaeger-{JAEGER_VERSION}"
-        runner.run(
-            [go, "build", "-v", "-p", "2", "-trimpath", "-ldflags", "-s -w", "-o", str(partial), _PACKAGE],
-            work,
-            "jaeger: go build",
-            count_lines=True,
-        )
-        if not _answers_help(partial):
-            raise BuildError(f"the jaeger built in {partial} does not start")
-        final.parent.mkdir(parents=True, exist_ok=True)
-        partial.rename(final)
-        (final.parent / "manifest.json").write_text(json.dumps({"jaeger": JAEGER_VERSION}))
-        shutil.rmtree(work, ignore_errors=True)
-        progress(f"jaeger v{JAEGER_VERSION} ready in {final}")
-        return final
+    return _JAEGER.build(force, progress)
 
 
 def _config(otlp_port: int, query_port: int, query_grpc_port: int, health_port: int) -> dict[str, Any]:
@@ -149,7 +112,7 @@ class JaegerServer:
             RuntimeError: it exited or did not answer within ``timeout_s``.
         """
         binary = jaeger_path()
-        if not _runs(binary):
+        if not _JAEGER.is_built():
             raise BuildError(
                 f"jaeger is not built in {binary.parent}: run `make bootstrap` (python -m tether_devenv.jaeger)"
             )
