@@ -175,10 +175,9 @@ class TunnelRegistry:
 
     def _age_out(self, bucket: int) -> None:
         for tunnel in self._aging.pop(bucket, ()):
-            if tunnel.state is TunnelState.READY:
-                self._retire_if_idle(tunnel)
-            else:
-                self._overdue.add(tunnel)  # still listed for end_tunnels
+            if tunnel.state is not TunnelState.READY:
+                self._overdue.add(tunnel)  # forwarding: it ends with its call, and end_tunnels still finds it
+            self._retire_if_idle(tunnel)
 
     def _retire_if_idle(self, tunnel: Tunnel) -> None:
         if tunnel.state is TunnelState.READY:
