@@ -28,7 +28,7 @@ from tether.pb.gitlab.agent.workspace_access.rpc import rpc_pb2 as workspaces_pb
 from tether.pb.gitlab.agent.workspace_access.rpc import rpc_pb2_grpc as workspaces_grpc
 from tether.tool import tracing
 from tether.tool.backoff import Backoff
-from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_GITLAB, mint
+from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_GITLAB, SecondSigner
 from tether.tool.secrets import load_base64_secret
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ class KasApiClient:
     """
 
     def __init__(self, target: str, secret: bytes, credentials: grpc.ChannelCredentials | None = None) -> None:
-        self._secret = secret
+        self._jwt = SecondSigner(secret, ISSUER_GITLAB, AUDIENCE_KAS, _JWT_LIFETIME_S)
         # With tracing on, every call is a client span whose context kas receives (issue 25 item 3).
         tracer = tracing.TRACER
         interceptors = None if tracer is None else [tracer.grpc_client_interceptor("hub")]
@@ -93,7 +93,7 @@ class KasApiClient:
         self._deliveries: set[asyncio.Task[bool]] = set()
 
     def _metadata(self) -> tuple[tuple[str, str], ...]:
-        return (("authorization", "Bearer " + mint(self._secret, ISSUER_GITLAB, AUDIENCE_KAS, _JWT_LIFETIME_S)),)
+        return (("authorization", "Bearer " + self._jwt.token()),)
 
     async def connected_agents_by_agent_id(self, agent_id: int, timeout_s: float = 10.0) -> list[ConnectedAgentInfo]:
         """Every connection of agent ``agent_id``. Raises grpc.aio.AioRpcError."""

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from urllib.parse import quote
 import aiohttp
 
 from tether import __version__
-from tether.tool.jwt_auth import AUDIENCE_GITLAB, ISSUER_KAS, mint
+from tether.tool.jwt_auth import AUDIENCE_GITLAB, ISSUER_KAS, SecondSigner
 from tether.tool.logs import REQUEST_ID_HEADER, current_request_id
 
 T = TypeVar("T")
@@ -226,7 +225,6 @@ class GitlabClient:
         if timeout_s <= 0:
             raise ValueError("timeout_s must be > 0")
         self._base = address.rstrip("/")
-        self._secret = secret
         self._timeout_s = timeout_s
         self._connect_timeout_s = min(CONNECT_TIMEOUT_S, timeout_s)
         # No aiohttp total: asyncio.timeout in _deadline is the one bound, and also covers reading the body.
@@ -236,8 +234,8 @@ class GitlabClient:
         self._slots = asyncio.Semaphore(max_connections)
         #: Loop time of the hub's last answer (any status): waiting calls stay queued while it keeps answering.
         self._answered_at = 0.0
-        self._jwt_second = -1
-        self._jwt = ""
+        # 10,000 agents connecting ask the hub 20,000 times: one signature a second, not one per call.
+        self._jwt = SecondSigner(secret, ISSUER_KAS, AUDIENCE_GITLAB, _JWT_LIFETIME_S)
 
     async def _acquire(self, method: str, path: str) -> None:
         # A timer, not asyncio.timeout: it is moved on while the hub keeps answering, and the call keeps its place
@@ -295,18 +293,9 @@ class GitlabClient:
             self._session = aiohttp.ClientSession(timeout=self._timeout, connector=connector)
         return self._session
 
-    def _kas_jwt(self) -> str:
-        # Claims are in whole seconds, so every JWT minted within one second is the same: sign once a second
-        # (10,000 agents connecting ask the hub 20,000 times).
-        second = int(time.time())
-        if second != self._jwt_second:
-            self._jwt = mint(self._secret, ISSUER_KAS, AUDIENCE_GITLAB, _JWT_LIFETIME_S, now=second)
-            self._jwt_second = second
-        return self._jwt
-
     def _headers(self, agent_token: str | None) -> dict[str, str]:
         headers = {
-            JWT_HEADER: self._kas_jwt(),
+            JWT_HEADER: self._jwt.token(),
             "Accept": "application/json",
             "User-Agent": f"gitlab-kas/{__version__}/tether",
         }

@@ -14,18 +14,18 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tether.hub.api.state import HubState
 from tether.hub.db.engine import kas_lane
-from tether.tool.jwt_auth import AUDIENCE_GITLAB, ISSUER_KAS, JwtError, verify
+from tether.tool.jwt_auth import JwtError, RecentTokens
 
 INTERNAL_PREFIX = "/api/v4/internal/"
 JWT_HEADER = "Gitlab-Kas-Api-Request"
 
 
-def check_kas_jwt(token: str | None, secret: bytes) -> str | None:
+def check_kas_jwt(token: str | None, tokens: RecentTokens) -> str | None:
     """None when ``token`` is a valid kas JWT, else the reason (for the 401 message)."""
     if not token:
         return f"{JWT_HEADER} header is missing"
     try:
-        verify(token, secret, AUDIENCE_GITLAB, ISSUER_KAS)
+        tokens.check(token)
     except JwtError as exc:
         return f"{JWT_HEADER} JWT validation failed: {exc}"
     return None
@@ -49,7 +49,7 @@ class KasJwtMiddleware:
         """Check internal calls; pass everything else through."""
         if scope["type"] == "http" and str(scope.get("path", "")).startswith(INTERNAL_PREFIX):
             state: HubState = scope["app"].state.hub
-            problem = check_kas_jwt(Headers(scope=scope).get(JWT_HEADER), state.gitlab_secret)
+            problem = check_kas_jwt(Headers(scope=scope).get(JWT_HEADER), state.kas_jwt)
             if problem is not None:
                 body = json.dumps({"message": f"401 Unauthorized - {problem}"}).encode()
                 await send(

@@ -39,7 +39,7 @@ async def require_kas_jwt(
     """
     if kas_jwt_checked(request.scope):
         return
-    problem = check_kas_jwt(jwt, hub_state(request).gitlab_secret)
+    problem = check_kas_jwt(jwt, hub_state(request).kas_jwt)
     if problem is not None:
         raise Unauthorized(f"401 Unauthorized - {problem}")
 

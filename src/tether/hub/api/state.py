@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fastapi import Request
 
@@ -12,6 +12,7 @@ from tether.hub.db.engine import Database
 from tether.hub.kas_client import KasApiClient
 from tether.hub.service.revocation_outbox import RevocationSweeper
 from tether.hub.service.token_use import TokenUseWriter
+from tether.tool.jwt_auth import AUDIENCE_GITLAB, ISSUER_KAS, RecentTokens
 
 
 @dataclass
@@ -28,6 +29,7 @@ class HubState:
         token_uses: agent tokens' ``last_used_at``, written in batches.
         revocations: the revocation outbox's sweeper (it also knows which deliveries this replica holds), or None
             without ``kas.api_address``.
+        kas_jwt: the checker of kas' JWTs on the internal API (``iss=gitlab-kas``, ``aud=gitlab``, kas.md §4.4).
     """
 
     config: HubConfig
@@ -38,6 +40,10 @@ class HubState:
     token_uses: TokenUseWriter
     gitaly_token: str = ""
     revocations: RevocationSweeper | None = None
+    kas_jwt: RecentTokens = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.kas_jwt = RecentTokens(self.gitlab_secret, AUDIENCE_GITLAB, ISSUER_KAS)
 
 
 def hub_state(request: Request) -> HubState:

@@ -1,8 +1,8 @@
 """Connections from one kas to the others' private API, one gRPC channel per URL (kas.md §2.7).
 
 URLs: ``grpc://host:port`` (plaintext), ``grpcs://host:port`` (TLS with the configured CA), ``unix://path``.
-Every RPC carries a fresh ``authorization: Bearer <JWT>`` with ``iss=aud=gitlab-kas`` valid for 5 s,
-signed with the secret only kas instances share (kas.md §4.3).
+Every RPC carries ``authorization: Bearer <JWT>`` with ``iss=aud=gitlab-kas`` valid for 5 s from the current
+second, signed with the secret only kas instances share (kas.md §4.3), once a second (``SecondSigner``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import grpc
 
 from tether.tool.backoff import channel_reconnect_options
 from tether.tool.grpc_stream import BOUNDED_WINDOW_OPTIONS
-from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_KAS, mint
+from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_KAS, SecondSigner
 
 _JWT_LIFETIME_S = 5.0
 #: A channel unused this long and not connected is closed (its kas probably left).
@@ -57,7 +57,7 @@ class KasPool:
     def __init__(
         self, secret: bytes, ca_file: Path | None, max_message_size: int, tls_server_name: str | None = None
     ) -> None:
-        self._secret = secret
+        self._jwt = SecondSigner(secret, ISSUER_KAS, AUDIENCE_KAS, _JWT_LIFETIME_S)
         self._ca = ca_file.read_bytes() if ca_file else None
         self._options: list[tuple[str, Any]] = [
             ("grpc.max_receive_message_length", max_message_size),
@@ -113,8 +113,8 @@ class KasPool:
         return closed
 
     def auth_metadata(self) -> tuple[tuple[str, str], ...]:
-        """A fresh per-RPC bearer JWT for the private API."""
-        return (("authorization", "Bearer " + mint(self._secret, ISSUER_KAS, AUDIENCE_KAS, _JWT_LIFETIME_S)),)
+        """The per-RPC bearer JWT for the private API (the current second's)."""
+        return (("authorization", "Bearer " + self._jwt.token()),)
 
     async def close(self) -> None:
         """Close every channel."""
