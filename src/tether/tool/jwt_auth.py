@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -152,30 +151,21 @@ class RecentTokens:
             self._expiry[token] = float(exp) + _LEEWAY_S
 
 
-@dataclass(frozen=True)
-class JwtVerifier:
-    """Checks ``authorization: Bearer <JWT>`` metadata for one listener.
+class JwtVerifier(RecentTokens):
+    """Checks ``authorization: Bearer <JWT>`` metadata for one listener (kas.md §4.2-4.3), as :class:`RecentTokens`.
 
-    Attributes:
+    Args:
         secret: HMAC key.
         audience: required ``aud``.
         issuer: required ``iss``, or None to accept any issuer.
     """
-
-    secret: bytes
-    audience: str
-    issuer: str | None
-    _recent: RecentTokens = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_recent", RecentTokens(self.secret, self.audience, self.issuer))
 
     def check_metadata(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> None:
         """Raise :class:`JwtError` unless exactly one valid bearer JWT is in ``metadata``."""
         values = [v for k, v in metadata or () if k == "authorization"]
         if len(values) != 1 or not isinstance(values[0], str) or not values[0].startswith("Bearer "):
             raise JwtError("missing or malformed authorization metadata (want: Bearer <JWT>)")
-        self._recent.check(values[0].removeprefix("Bearer "))
+        self.check(values[0].removeprefix("Bearer "))
 
 
 class JwtServerInterceptor(grpc.aio.ServerInterceptor):
