@@ -21,7 +21,7 @@ from tests.fixtures.k8s import Kubectl
 from tests.fixtures.system import K8S_PROXY_PREFIX, KasProc, System, http_get
 from tests.hub.helpers import kas_config
 from tether_devenv import pki
-from tether_devenv.process import ManagedProcess, free_port
+from tether_devenv.process import ManagedProcess, free_port, free_ports
 from tether_devenv.redis_server import RedisServer
 from tether_devenv.upstream import UpstreamBinaries
 
@@ -123,7 +123,8 @@ class Interop:
         """Start upstream kas against the hub and Redis; waits for readiness."""
         directory = self.directory / f"upstream-kas-{len(self.processes)}"
         directory.mkdir()
-        ports = {k: free_port() for k in ("agent", "api", "private_api", "observability", "k8s_proxy")}
+        names = ("agent", "api", "private_api", "observability", "k8s_proxy")
+        ports = dict(zip(names, free_ports(len(names)), strict=True))
         private_secret = directory / "private_secret"
         private_secret.write_text(self.system.private_secret_file.read_text())
         config: dict[str, Any] = {
@@ -165,7 +166,7 @@ class Interop:
         self.processes.append(process)
         process.start()
         kas = UpstreamKas(process, ports, directory, self.tls.ca_cert)
-        process.wait_ready(kas.ready, 60, "ready")
+        process.wait_ready(kas.ready, 60, "ready", ports["observability"])
         return kas
 
     def upstream_agentk(self, kas_address: str, name: str = "upstream-agentk") -> UpstreamAgentk:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import socket
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -91,3 +92,29 @@ def test_readiness_timeout_is_reported_and_stop_ends_the_process(tmp_path: Path)
     assert "did not become ready" in str(info.value)
     assert "sleeper" in str(info.value)
     assert not pid_alive(pid)
+
+
+def test_a_probe_answered_by_another_process_on_the_port_is_not_ready(tmp_path: Path, bound_port: int) -> None:
+    # The port was picked for the process but another one (here: this test) holds it; the probe passes anyway.
+    sleep = shutil.which("sleep")
+    assert sleep is not None
+    proc = ManagedProcess("sleeper", [sleep, "30"], log_path=tmp_path / "sleeper.log")
+    proc.start()
+    try:
+        with pytest.raises(ProcessFailed, match="did not become ready"):
+            proc.wait_ready(lambda: True, timeout=0.5, what="ready", port=bound_port)
+    finally:
+        proc.stop()
+
+
+def test_a_probe_on_a_port_the_process_listens_on_is_ready(tmp_path: Path) -> None:
+    script = "import socket, time; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(1); "
+    script += "print(s.getsockname()[1], flush=True); time.sleep(30)"
+    log = tmp_path / "listener.log"
+    proc = ManagedProcess("listener", [sys.executable, "-c", script], log_path=log)
+    proc.start()
+    try:
+        proc.wait_ready(lambda: log.read_text().strip() != "", timeout=30, what="listening")
+        proc.wait_ready(lambda: True, timeout=30, what="ready", port=int(log.read_text()))
+    finally:
+        proc.stop()

@@ -20,6 +20,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+import psutil
+
 LOG_TAIL_LINES = 25
 
 
@@ -153,13 +155,32 @@ class ManagedProcess:
         if self.popen is not None and self.popen.poll() is not None:
             raise self.failure(f"exited with status {self.popen.returncode}")
 
-    def wait_ready(self, probe: Callable[[], bool], timeout: float, what: str = "ready") -> None:
+    def listens_on(self, port: int) -> bool:
+        """Return True when this process, or one of its children, holds a listening TCP socket on ``port``."""
+        try:
+            root = psutil.Process(self.pid)
+            processes = [root, *root.children(recursive=True)]
+            return any(
+                conn.status == psutil.CONN_LISTEN and conn.laddr.port == port
+                for process in processes
+                for conn in process.net_connections("tcp")
+            )
+        except psutil.Error:
+            return False
+
+    def wait_ready(
+        self, probe: Callable[[], bool], timeout: float, what: str = "ready", port: int | None = None
+    ) -> None:
         """Poll ``probe`` every 0.1 s until it returns True.
 
         Args:
             probe: readiness check; exceptions count as not ready.
             timeout: seconds before giving up.
             what: wording for the error message.
+            port: the TCP port ``probe`` talks to, when this process should listen there. A probe that passes
+                counts only while this process holds that port: ports picked as free a moment ago can be taken
+                by another test's server (seen in CI: a kas that could not start looked ready, because another
+                kas answered on the observability port picked for it).
 
         Raises:
             ProcessFailed: the process exited, or ``timeout`` passed; both show the log tail.
@@ -168,7 +189,7 @@ class ManagedProcess:
         while True:
             self.check_alive()
             with contextlib.suppress(Exception):
-                if probe():
+                if probe() and (port is None or self.listens_on(port)):
                     return
             if time.monotonic() > deadline:
                 raise self.failure(f"did not become {what} within {timeout:.0f}s")
