@@ -63,3 +63,17 @@ def test_a_component_is_reused_only_when_its_recipe_and_sources_are_unchanged(tm
     assert upstream.reusable(tmp_path, agent, digests) is None
     (tmp_path / "manifest.json").write_text(json.dumps(dict(manifest, **upstream.expected_manifest())))
     assert upstream.reusable(tmp_path, glab, digests) == 372.2
+
+
+def test_verification_turns_off_glabs_update_check(tmp_path: Path) -> None:
+    """glab reports its failed look for a newer release (no internet) after the version, unless told not to look."""
+    for name in ("kas", "agentk"):
+        (tmp_path / name).write_text("#!/bin/sh\necho v16.5.0\n")
+    (tmp_path / "glab").write_text(
+        "#!/bin/sh\n"
+        f"echo '{upstream.GLAB_STAMP}'\n"
+        'if [ "$GLAB_CHECK_UPDATE" != false ]; then echo "ERROR: failed checking for glab updates" >&2; fi\n'
+    )
+    for name in upstream.BINARIES:
+        (tmp_path / name).chmod(0o755)
+    upstream._verify(tmp_path)
