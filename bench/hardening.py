@@ -59,7 +59,7 @@ import aiohttp
 from tests.e2e.test_k8s_proxy_upgrade import agent_kubeconfig, client_tls
 from tests.fixtures import system as system_fixture
 from tests.fixtures.hub import RunningHub
-from tests.fixtures.system import KasProc, System, write_private_secret
+from tests.fixtures.system import KAS_DEFAULT_CACHING, KasProc, System, write_private_secret
 from tests.support.runtime_venv import build_runtime_venv
 from tether_devenv import pki
 from tether_devenv.redis_server import RedisServer
@@ -138,7 +138,7 @@ async def many_agents(count: int, tether: str, suffix: str) -> dict[str, tuple[f
         for i in range(count):
             hub.add_agent(f"{prefix}{i}", 300_000 + i, 400_000 + i // 10)
         try:
-            kas = system.kas(agent={"configuration": {"poll_period": "3600s"}})
+            kas = system.kas(**KAS_DEFAULT_CACHING)
             assert kas.process is not None
             load = os.getloadavg()
             kas_cpu_before, own_cpu_before = cpu_s(kas.process.pid), cpu_s(os.getpid())

@@ -31,7 +31,7 @@ from google.protobuf import any_pb2
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.fixtures.hub import RunningHub
-from tests.fixtures.system import KasProc, System, write_private_secret
+from tests.fixtures.system import KAS_DEFAULT_CACHING, KasProc, System, write_private_secret
 from tether.pb.gitlab.agent.event.event_pb2 import TunnelsAvailable
 from tether.tool.events import events_channel
 from tether.tool.jwt_auth import AUDIENCE_KAS, ISSUER_GITLAB, mint
@@ -162,16 +162,19 @@ class EventStamps:
 
 async def wakeup_ms(
     system: System, kas1: KasProc, kas2: KasProc, agents: BenchAgents, rounds: int
-) -> tuple[list[float], list[float]]:
+) -> tuple[list[float], list[float], list[float]]:
     """Delay from an agent's first tunnel (on kas 2) to the completion of a request waiting on kas 1.
 
     The clock starts when the new agent has written its first tunnel's descriptor, which happens before its
     HTTP/2 connection is up, so the figure covers the connection, kas 2 authenticating the agent (a hub call),
     the tunnel tracker write, the pub/sub event, kas 1's attempt through kas 2 and the call itself. The second
-    list is the part before the ``TunnelsAvailable`` event reached the bench's own subscriber (same rounds).
+    list is the part before the ``TunnelsAvailable`` event reached the bench's own subscriber (same rounds), the
+    third when each round's tunnel came up, in seconds since the first one's (to match slow rounds with periodic
+    work).
     """
     samples = []
     before_event = []
+    tunnel_times: list[float] = []
     waiting_cpu = 0.0
     stamps = EventStamps(system)
     await stamps.start()
@@ -191,11 +194,12 @@ async def wakeup_ms(
         tunnel_up = await agents.connected_at(token)
         await pending
         samples.append((time.time() - tunnel_up) * 1000)
+        tunnel_times.append(tunnel_up)
         before_event.append((stamps.seen.get(agent_id, math.nan) - tunnel_up) * 1000)
         await caller.close()
     await stamps.stop()
     print(f"kas 1 CPU while a request waited for its agent: {100 * waiting_cpu / (0.2 * rounds):.0f} % of a core")
-    return samples, before_event
+    return samples, before_event, [t - tunnel_times[0] for t in tunnel_times]
 
 
 async def memory_per_agent(system: System, count: int) -> tuple[float, float, float]:
@@ -238,7 +242,7 @@ async def run(calls: int, agent_count: int, throughput_runs: int, wake_rounds: i
         system = System(directory, hub, private, None, redis)
         agents = BenchAgents(directory)
         try:
-            kas1, kas2 = system.kas(), system.kas()
+            kas1, kas2 = system.kas(**KAS_DEFAULT_CACHING), system.kas(**KAS_DEFAULT_CACHING)
             token = "bench-agent-token"
             hub.add_agent(token, AGENT_ID, 1)
             agents.connect(token, kas2)
@@ -250,7 +254,7 @@ async def run(calls: int, agent_count: int, throughput_runs: int, wake_rounds: i
             mb_s = [await cross.throughput_mb_s(256 * 1024 * 1024, 64 * 1024) for _ in range(throughput_runs)]
             await same.close()
             await cross.close()
-            wake, wake_before_event = await wakeup_ms(system, kas1, kas2, agents, wake_rounds)
+            wake, wake_before_event, wake_at = await wakeup_ms(system, kas1, kas2, agents, wake_rounds)
             rss_before, rss_after, per_agent_kib = (
                 await memory_per_agent(system, agent_count) if agent_count else (math.nan, math.nan, math.nan)
             )
@@ -276,8 +280,9 @@ async def run(calls: int, agent_count: int, throughput_runs: int, wake_rounds: i
     after_event = [w - b for w, b in zip(wake, wake_before_event, strict=True)]
     for name, part in (("before the event", wake_before_event), ("after the event", after_event)):
         print(f"wake-up {name}: p50 {statistics.median(part):.2f} ms, p99 {percentile(part, 99):.2f} ms")
-    slow = sorted(zip(wake, wake_before_event, strict=True), reverse=True)[:5]
-    print(f"slowest wake-ups (total, before event) ms: {[(round(w, 1), round(b, 1)) for w, b in slow]}")
+    slow = sorted(zip(wake, wake_before_event, wake_at, strict=True), reverse=True)[:5]
+    shown = [(round(w, 1), round(b, 1), round(t, 1)) for w, b, t in slow]
+    print(f"slowest wake-ups (total ms, before event ms, s since the first round): {shown}")
     print(f"load average {os.getloadavg()}")
     print(f"throughput runs (MB/s): {[round(x, 1) for x in mb_s]}")
     return [{"metric": k, "value": round(v, 2), "unit": u} for k, (v, u) in figures.items()]
