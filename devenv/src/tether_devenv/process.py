@@ -156,7 +156,11 @@ class ManagedProcess:
             raise self.failure(f"exited with status {self.popen.returncode}")
 
     def listens_on(self, port: int) -> bool:
-        """Return True when this process, or one of its children, holds a listening TCP socket on ``port``."""
+        """Return True when this process, or one of its children, holds a listening TCP socket on ``port``.
+
+        False too when the processes cannot be inspected (already gone, or another user's without the right to
+        read their sockets): readiness is then not proven.
+        """
         try:
             root = psutil.Process(self.pid)
             processes = [root, *root.children(recursive=True)]
