@@ -1,7 +1,7 @@
 """Tether beside upstream GitLab kas/agentk 16.5 in one run (issue 11): the Kubernetes API proxy and idle memory.
 
 Usage: ``uv run python bench/interop.py [--pods 5000] [--runs 5] [--gets 300] [--watch-events 100]
-[--baseline NAME=DIR ...] [--profile DIR] [--output FILE]``
+[--baseline NAME=DIR ...] [--mixed] [--profile DIR] [--output FILE]``
 
 Real processes on loopback: a private cluster, redis-server, the real hub (with its Gitaly-compatible service),
 and two agent paths side by side, each with its own agent registered in the hub:
@@ -10,7 +10,10 @@ and two agent paths side by side, each with its own agent registered in the hub:
 - **upstream:** upstream kas + upstream agentk, built from ``../shared/upstream``;
 - **NAME** (each ``--baseline NAME=DIR``): ``tether kas`` + ``tether agentk`` run from another source tree (e.g. an
   export of ``main``), so a change and its before are measured in the same run, interleaved (issue 28); small
-  requests and watch events only.
+  requests and watch events only;
+- **with ``--mixed``:** ``tether-kas+upstream-agentk`` and ``upstream-kas+tether-agentk``, each with an agent of its
+  own, so that a difference between the two products can be put on the kas or the agentk side (small requests
+  and watch events only).
 
 kubectl uses ``pat:<agent id>:<token>`` against each kas' ``/k8s-proxy/`` (TLS), or the admin kubeconfig for the
 direct path; the three paths alternate within each run. Writes ``bench/results/interop.json``:
@@ -268,7 +271,13 @@ def register_agent(env: Interop, name: str) -> tuple[int, str]:
 
 
 async def run(
-    pods: int, runs: int, gets: int, watch_events: int, baselines: dict[str, Path], profile_dir: Path | None
+    pods: int,
+    runs: int,
+    gets: int,
+    watch_events: int,
+    baselines: dict[str, Path],
+    profile_dir: Path | None,
+    mixed: bool = False,
 ) -> list[dict[str, Any]]:
     bins = upstream.locate()
     with tempfile.TemporaryDirectory(prefix="tether-bench-interop-") as tmp:
@@ -314,6 +323,14 @@ async def run(
                 "upstream": (upstream_kas.k8s_proxy_url, f"pat:{upstream_id}:{user_token}"),
             }
             tether_agentks = [tether_agentk]
+            upstream_agentks = [upstream_agentk]
+            if mixed:
+                mixed_id, env.agent_token = register_agent(env, "mixed-upstream-agentk")
+                upstream_agentks.append(env.upstream_agentk(tether_kas.agent_address, "mixed-upstream-agentk"))
+                paths["tether-kas+upstream-agentk"] = (tether_kas.k8s_proxy_url, f"pat:{mixed_id}:{user_token}")
+                mixed_id, mixed_token = register_agent(env, "mixed-tether-agentk")
+                tether_agentks.append(system.agentk_at(mixed_token, upstream_kas.agent_address, "mixed-tether-agentk"))
+                paths["upstream-kas+tether-agentk"] = (upstream_kas.k8s_proxy_url, f"pat:{mixed_id}:{user_token}")
             for name, src in baselines.items():
                 base_id, base_token = register_agent(env, name)
                 with python_path(src):
@@ -323,7 +340,7 @@ async def run(
             deadline = time.monotonic() + 120
             while not (
                 all(answers_200(f"http://127.0.0.1:{a.observability_port}/readiness") for a in tether_agentks)
-                and upstream_agentk.ready()
+                and all(a.ready() for a in upstream_agentks)
             ):
                 if time.monotonic() > deadline:
                     raise RuntimeError("agents not ready after 120 s")
@@ -455,11 +472,12 @@ def main() -> None:
     parser.add_argument(
         "--baseline", action="append", default=[], metavar="NAME=DIR", help="another Tether source tree as path NAME"
     )
+    parser.add_argument("--mixed", action="store_true", help="also time Tether kas + upstream agentk and the reverse")
     parser.add_argument("--profile", type=Path, help="directory for py-spy stacks of Tether kas and agentk")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args()
     baselines = {name: Path(src) for name, _, src in (b.partition("=") for b in args.baseline)}
-    results = asyncio.run(run(args.pods, args.runs, args.gets, args.watch_events, baselines, args.profile))
+    results = asyncio.run(run(args.pods, args.runs, args.gets, args.watch_events, baselines, args.profile, args.mixed))
     args.output.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))
 

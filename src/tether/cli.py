@@ -14,6 +14,7 @@ import sys
 import click
 
 from tether import __version__
+from tether.tool.grpc_core import select_io_engine
 
 _HUB = "pip install 'tether[hub]'"
 _CLIENT = "pip install 'tether[client]'"
@@ -71,7 +72,11 @@ def cli() -> None:
 
 
 def main() -> None:
-    """Console-script entry point: runs :func:`cli`, turning set-up problems into a one-paragraph error."""
+    """Console-script entry point: runs :func:`cli`, turning set-up problems into a one-paragraph error.
+
+    gRPC Core's I/O engine is chosen first, before any command imports grpcio (:mod:`tether.tool.grpc_core`).
+    """
+    select_io_engine()
     try:
         cli(standalone_mode=False)
     except click.exceptions.Abort:
