@@ -7,9 +7,16 @@ Methods (raw bytes, never decoded by kas):
 
 Reads commands on stdin, one per line: ``connect <token> <kas host:port>`` starts an agent and prints
 ``connected <token> <unix time>`` when its first tunnel is up (for the wake-up benchmark).
+
+It is agentk's code, so it runs gRPC Core with agentk's I/O engine (:mod:`tether.tool.grpc_core`), chosen
+before grpcio is imported.
 """
 
 from __future__ import annotations
+
+from tether.tool.grpc_core import select_io_engine
+
+select_io_engine()  # before grpcio is imported: Core reads its settings then
 
 import asyncio
 import gc

@@ -5,9 +5,16 @@ tokens are ``<prefix><i>`` for i in 0..count-1. Prints ``configured`` once every
 has brought its first configuration (what agentk's readiness waits for), runs until stdin closes, then prints
 ``ended <JSON>``: how many streams ended and were re-opened during the run, by kind (``tunnel``, ``config``)
 and status (``OK`` when kas ended the stream normally, which counts too: every re-open does).
+
+The simulator stands in for Tether agentks, so it runs gRPC Core with agentk's I/O engine
+(:mod:`tether.tool.grpc_core`), chosen before grpcio is imported.
 """
 
 from __future__ import annotations
+
+from tether.tool.grpc_core import select_io_engine
+
+select_io_engine()  # before grpcio is imported: Core reads its settings then
 
 import asyncio
 import json
