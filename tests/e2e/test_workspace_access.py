@@ -29,7 +29,7 @@ from tests.fixtures.hub import HubLauncher
 from tests.fixtures.k8s import Kubectl
 from tests.fixtures.netns import NetnsServer
 from tests.fixtures.secrets_in_logs import remember_secret
-from tests.fixtures.system import KasProc, System
+from tests.fixtures.system import AgentkProc, KasProc, System
 from tests.hub.workspace_helpers import RD_CONFIG, UPDATE, deployment, graphql, info, reconcile, workspace_setup
 from tests.hub.workspace_helpers import create as create_workspace
 from tests.support.polling import poll, poll_sync
@@ -67,6 +67,7 @@ class Env:
     name: str
     workspace_id: int
     kubectl: Kubectl
+    agentk: AgentkProc | None = None
 
     def host_url(self, path: str = "/", name: str | None = None, port: int = 60001, kas_port: int | None = None) -> str:
         return f"http://{port}-{name or self.name}.{ZONE}:{kas_port or self.port}{path}"
@@ -148,13 +149,25 @@ def env(
         system, kas, port, agent_id, project_id, k8s_namespace, netns_editor, owner, other, name, workspace_id, kubectl
     )
     env.serve(name, workspace_id)
-    system.agentk(agent_token, kas)
+    env.agentk = system.agentk(agent_token, kas)
     yield env
+
+
+async def wait_until_connected(env: Env) -> None:
+    """The agent's tunnel is on kas and agentk has its configuration (its readiness), which serving needs."""
+    await wait_for_tunnel(env.system, env.kas, env.agent_id)
+    agentk = env.agentk
+    assert agentk is not None
+
+    async def ready() -> bool:
+        return (await asyncio.to_thread(agentk.readiness))[0] == 200
+
+    await poll(ready, "agentk ready (configuration received)", limit=30)
 
 
 @pytest.fixture
 async def connected(env: Env) -> AsyncIterator[Env]:
-    await wait_for_tunnel(env.system, env.kas, env.agent_id)
+    await wait_until_connected(env)
     yield env
 
 
@@ -411,7 +424,7 @@ async def test_a_browser_signs_in_at_the_hub_and_comes_back(
 ) -> None:
     # A kas without answer caches: a sign-out at the hub shows at once.
     _, port = kas_with_workspaces(system, authorization_cache_ttl="0s", authorization_cache_error_ttl="0s")
-    await wait_for_tunnel(system, env.kas, env.agent_id)
+    await wait_until_connected(env)
     hub = system.hub
     login = hub.api().get(f"/users/{env.owner[0]}").json()["username"]
     sign_in_token = hub.token_for(env.owner[0], ("api",))
