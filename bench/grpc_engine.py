@@ -7,7 +7,7 @@ For each setting of ``GRPC_EXPERIMENTS`` (grpcio's defaults, then the one ``teth
 uvloop, a bidirectional echo of raw bytes) and a client process are started on loopback; the client sends a
 400-byte message and waits for its echo, ``--round-trips`` times after 200 unmeasured ones. Printed per run: the
 round trip's p50 and p90 in µs, and the CPU per round trip of the client (``getrusage``) and of the server
-(``/proc/<pid>/stat``). Nothing is written to ``bench/results``: the figures that compare Tether with upstream are
+(psutil). Nothing is written to ``bench/results``: the figures that compare Tether with upstream are
 ``bench/interop.py``'s, this one says why they moved.
 """
 
@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import psutil
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from tether.tool.grpc_core import LEGACY_IO_EXPERIMENTS
+from tether_devenv.process import free_port
 
 #: Server or client, by argv: ``server PORT`` or ``client PORT ROUND_TRIPS``; the engine comes from the environment.
 PEER = """
@@ -72,15 +74,9 @@ else:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` (``/proc/<pid>/stat``, clock ticks)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """User + system CPU seconds ``pid`` has used so far, all its threads."""
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
 
 
 def one_run(experiments: str | None, round_trips: int) -> tuple[float, float, float, float]:
