@@ -335,7 +335,9 @@ class KubeClient:
         if self._session is None:
             ssl_context = self._credentials.ssl_context()
             connector = aiohttp.TCPConnector(ssl=ssl_context if ssl_context is not None else False)
-            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
+            # Authenticated by credentials on every request: a cookie the API server relays is not kept.
+            jar = aiohttp.DummyCookieJar()
+            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, cookie_jar=jar)
         return self._session
 
     def _ensure_watch_session(self) -> aiohttp.ClientSession:
@@ -344,7 +346,7 @@ class KubeClient:
         if self._watch_session is None:
             ssl_context = self._credentials.ssl_context()
             connector = aiohttp.TCPConnector(ssl=ssl_context if ssl_context is not None else False, limit=0)
-            self._watch_session = aiohttp.ClientSession(connector=connector)
+            self._watch_session = aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
         return self._watch_session
 
     def _bearer_token(self) -> str | None:

@@ -290,7 +290,9 @@ class GitlabClient:
         if self._session is None:
             # The slots bound the connections; aiohttp's own pool limit would queue inside the deadline.
             connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
-            self._session = aiohttp.ClientSession(timeout=self._timeout, connector=connector)
+            # Each call carries its own JWT and agent token: no cookie of one call goes with the next.
+            jar = aiohttp.DummyCookieJar()
+            self._session = aiohttp.ClientSession(timeout=self._timeout, connector=connector, cookie_jar=jar)
         return self._session
 
     def _headers(self, agent_token: str | None) -> dict[str, str]:

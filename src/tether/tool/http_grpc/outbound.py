@@ -315,6 +315,9 @@ class OutboundHttp:
                 connector=connector,
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._connect_timeout_s),
                 auto_decompress=False,  # bytes are relayed as the server sent them
+                # Every user's requests share this session: a cookie one answer set must reach that user only
+                # (relayed in the answer), never be sent with anyone's next request.
+                cookie_jar=aiohttp.DummyCookieJar(),
             )
         return self._session
 
