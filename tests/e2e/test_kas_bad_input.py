@@ -484,3 +484,27 @@ def test_two_listeners_on_one_port_stop_kas_with_the_reason(system: System) -> N
             agent={"listen": {"address": f"127.0.0.1:{port}"}},
             private_api={"listen": {"address": f"127.0.0.1:{port}"}},
         )
+
+
+async def test_refused_calls_cannot_add_metric_labels(refusing_kas: KasProc) -> None:
+    """A stranger's method names never become ``grpc_server_requests_in_flight`` labels (issue 28's review).
+
+    The gauge was labelled with the method name a call asked for, also when its credentials were refused: each
+    new name added a labelled series to kas' memory and to every ``/metrics`` scrape, for as long as kas ran.
+    """
+    kas = refusing_kas
+    targets = {
+        "agent": kas.agent_address.removeprefix("grpc://"),
+        "api": kas.api_target,
+        "private_api": f"127.0.0.1:{kas.ports['private_api']}",
+    }
+    for listener, target in targets.items():
+        async with grpc.aio.insecure_channel(target) as channel:
+            for i in range(20):
+                method = channel.unary_unary(f"/stranger{i}.Service/Method{listener}")
+                with pytest.raises(grpc.aio.AioRpcError) as failure:
+                    await method(b"", metadata=_bearer("no-such-token"), timeout=5)
+                assert failure.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    in_flight = [line for line in kas.metrics().splitlines() if line.startswith("grpc_server_requests_in_flight{")]
+    assert not [line for line in in_flight if "stranger" in line]
+    assert_no_leaks(kas)

@@ -38,7 +38,7 @@ from prometheus_client import Counter
 from tether.modserver.gitlab_client import AgentInfo, GitlabClient, GitlabClientError, GitlabTimeout
 from tether.tool.circuit_breaker import CircuitBreaker, CircuitOpen
 from tether.tool.grpc_meta import MetadataIn
-from tether.tool.jwt_auth import reject_handler
+from tether.tool.grpc_reject import reject_handler
 from tether.tool.logs import bind_for_task, connection_id_from
 from tether.tool.rate_limit import RateLimiter
 from tether.tool.rate_limit import per_minute as rate_per_minute

@@ -2,7 +2,9 @@
 
 Upstream kas' gauge of the same name and labels (``internal/tool/grpctool/stats_handler.go``: namespace
 ``grpc``, subsystem ``server``, labels ``grpc_method`` and ``grpc_service``), kept by a server interceptor here
-(grpcio has no stats handlers). A reverse tunnel counts for as long as it is open, as upstream.
+(grpcio has no stats handlers). A reverse tunnel counts for as long as it is open, as upstream. A call refused by
+an authentication interceptor counts under ``unknown``: its method name is whatever the caller sent (every new name
+was a new series kept for kas' lifetime, issue 28's review).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from typing import Any
 
 import grpc
 from prometheus_client import Gauge
+
+from tether.tool.grpc_reject import is_rejection
 
 __all__ = ["SERVER_IN_FLIGHT", "InFlightInterceptor"]
 
@@ -64,7 +68,8 @@ class InFlightInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if handler is None:
             return None
-        method, service = _labels(handler_call_details.method)
+        # A refused call's method was never looked up: a stranger's made-up names would each add a series.
+        method, service = ("unknown", "unknown") if is_rejection(handler) else _labels(handler_call_details.method)
         gauge = SERVER_IN_FLIGHT.labels(grpc_method=method, grpc_service=service)
         for field in ("unary_unary", "unary_stream", "stream_unary", "stream_stream"):
             behavior = getattr(handler, field)

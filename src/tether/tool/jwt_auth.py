@@ -17,6 +17,8 @@ from typing import Any
 import grpc
 import jwt
 
+from tether.tool.grpc_reject import reject_handler
+
 ISSUER_GITLAB = "gitlab"
 ISSUER_KAS = "gitlab-kas"
 AUDIENCE_KAS = "gitlab-kas"
@@ -188,13 +190,3 @@ class JwtServerInterceptor(grpc.aio.ServerInterceptor):
         except JwtError as exc:
             return reject_handler(grpc.StatusCode.UNAUTHENTICATED, f"JWT validation failed: {exc}")
         return await continuation(handler_call_details)
-
-
-def reject_handler(code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler[Any, Any]:
-    """A method handler ending any call with ``code``/``message`` before reading or decoding a request."""
-
-    async def abort(_requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-        await context.abort(code, message)
-
-    # On the wire every call is a stream, so a stream handler answers unary callers too, before any read.
-    return grpc.stream_stream_rpc_method_handler(abort)
