@@ -10,6 +10,11 @@ server's ``VmRSS`` growth is read 5 s after every stream is open. It is the floo
 measured side by side under three sets of channel arguments: grpcio's defaults; ``unlimited`` (no Core
 message-size limit, channelz off: issue 9's kas, which checked the size in Python once Core had read the
 message); and kas' (Core's receive limit from :mod:`tether.tool.grpc_size`, channelz off). Prints the figures.
+A fourth variant, ``kas+traffic`` (3 streams only), is that server doing what kas does on an agent's streams: each
+call carries an agent token in its metadata, the server reads the call's first message and answers with one
+300-byte message (as a configuration stream or a tunnel's first exchange), then waits. It is the floor of the
+``<= 80 KiB per agent`` target (issue 28 item 4): no agent holds a stream that never carried anything. Server and
+client run gRPC Core with kas' I/O engine (:mod:`tether.tool.grpc_core`).
 
 ``huge`` (issue 27 item 1): a real hub and a real kas (default ``max_message_size``, 10 MiB, no Redis); a client
 process sends one ``--huge-mib`` MiB ``GetConfiguration`` with a valid agent token to the agent listener. kas'
@@ -24,6 +29,10 @@ checked (at most the 1 MiB stream window per call, docs/limits.md).
 """
 
 from __future__ import annotations
+
+from tether.tool.grpc_core import select_io_engine
+
+select_io_engine()  # before grpcio is imported, as the ``tether`` command does
 
 import argparse
 import asyncio
@@ -43,6 +52,8 @@ import uvloop
 from tether.tool.grpc_size import receive_limit_options
 
 METHOD = "/floor.Floor/Wait"
+#: The variant with kas' options whose streams carry a token and exchange one message each.
+TRAFFIC = "kas+traffic"
 GET_CONFIGURATION = "/gitlab.agent.agent_configuration.rpc.AgentConfiguration/GetConfiguration"
 RESULTS = Path(__file__).parent / "results" / "hardening.json"
 #: kas' default ``agent.listen.max_message_size`` (10 MiB), for the floor's kas variant.
@@ -61,6 +72,13 @@ async def wait_forever(_requests: Any, _context: Any) -> None:
     await asyncio.Event().wait()
 
 
+async def answer_then_wait(_requests: Any, context: Any) -> None:
+    """Read the first message, answer with one 300-byte message, then hold the stream (``kas+traffic``)."""
+    await context.read()
+    await context.write(b"c" * 300)
+    await asyncio.Event().wait()
+
+
 def _variant_options(variant: str) -> list[tuple[str, int]]:
     if variant == "default":
         return []
@@ -72,7 +90,7 @@ def _variant_options(variant: str) -> list[tuple[str, int]]:
 
 
 async def serve(connections: int, streams: int, variant: str) -> float:
-    """KiB of server RSS per connection holding ``streams`` idle streams (``variant``: default or kas)."""
+    """KiB of server RSS per connection holding ``streams`` idle streams (``variant``: see the module docstring)."""
     server = grpc.aio.server(
         options=[
             ("grpc.so_reuseport", 0),
@@ -81,14 +99,21 @@ async def serve(connections: int, streams: int, variant: str) -> float:
             *_variant_options(variant),
         ]
     )
-    handler = grpc.stream_stream_rpc_method_handler(wait_forever)
+    handler = grpc.stream_stream_rpc_method_handler(answer_then_wait if variant == TRAFFIC else wait_forever)
     server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("floor.Floor", {"Wait": handler})])
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     await asyncio.sleep(1)
     before = rss_mib()
     client = await asyncio.create_subprocess_exec(
-        sys.executable, __file__, "--client", str(port), str(connections), str(streams), stdout=subprocess.PIPE
+        sys.executable,
+        __file__,
+        "--client",
+        str(port),
+        str(connections),
+        str(streams),
+        variant,
+        stdout=subprocess.PIPE,
     )
     assert client.stdout is not None
     await client.stdout.readline()  # every stream open
@@ -100,7 +125,7 @@ async def serve(connections: int, streams: int, variant: str) -> float:
     return growth * 1024 / connections
 
 
-async def hold(port: int, connections: int, streams: int) -> None:
+async def hold(port: int, connections: int, streams: int, variant: str) -> None:
     """The client: ``connections`` channels (distinct arguments, so distinct connections) with open streams."""
     channels = [
         grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.channel_id", i)]) for i in range(connections)
@@ -109,8 +134,12 @@ async def hold(port: int, connections: int, streams: int) -> None:
     for channel in channels:
         await channel.channel_ready()
         for _ in range(streams):
-            call = channel.stream_stream(METHOD)()
+            token = f"agent-token-{len(calls):08d}-0123456789abcdefghijklmnopqrstuv"  # an agent token's length
+            metadata = (("authorization", f"Bearer {token}"),) if variant == TRAFFIC else None
+            call = channel.stream_stream(METHOD)(metadata=metadata)
             await call.write(b"x")
+            if variant == TRAFFIC:
+                await call.read()
             calls.append(call)
     await asyncio.sleep(2)
     print("open", flush=True)
@@ -221,7 +250,7 @@ def record(metric: str, value: float, unit: str) -> None:
 
 def main() -> None:
     if sys.argv[1:2] == ["--client"]:
-        uvloop.run(hold(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])))
+        uvloop.run(hold(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]))
         return
     if sys.argv[1:2] == ["--huge-client"]:
         print(uvloop.run(send_huge(sys.argv[2], sys.argv[3], int(sys.argv[4]))), flush=True)
@@ -241,7 +270,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.part in ("all", "floor"):
         for streams in (0, 1, 3):
-            for variant in ("default", "unlimited", "kas"):
+            for variant in ("default", "unlimited", "kas", *([TRAFFIC] if streams == 3 else [])):
                 command = [sys.executable, __file__, "--server", str(args.connections), str(streams), variant]
                 subprocess.run(command, check=True)
     if args.part in ("all", "huge"):

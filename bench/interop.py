@@ -21,8 +21,11 @@ direct path; the three paths alternate within each run. Writes ``bench/results/i
 median over direct), ``small_get_added_ms_{tether,upstream}`` (median minus direct median) and
 ``{kas,agentk}_idle_rss_mib_{tether,upstream}`` (``VmRSS`` with the agent connected and no traffic),
 ``small_watch_event_added_ms_{tether,upstream}`` (a ConfigMap change reaching a watch through the path, median of
-the per-event delay behind a direct watch that sees the same event). The small GETs go in rounds of ten per path,
-alternating, so load from other processes falls on every path alike. ``--pods 0`` skips the list figures.
+the per-event delay behind a direct watch that sees the same event; the path's watch open beside the direct one
+only, in rounds of ten events per path, alternating) and ``small_watch_event_added_concurrent_ms_*`` (the same with
+every path's watch open at once: each event is relayed by all paths at the same moment, which then compete for the
+cores; issue 28's figure until 2026-11-27). The small GETs go in rounds of ten per path, alternating, so load from
+other processes falls on every path alike. ``--pods 0`` skips the list figures.
 ``--profile DIR`` samples Tether kas and agentk with py-spy during 2,000 more small GETs (raw collapsed stacks).
 """
 
@@ -39,7 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AsyncExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -135,71 +138,98 @@ async def interleaved_gets(getters: dict[str, Getter], gets: int, warmup: int) -
 WATCHED = "bench-watch"
 
 
-async def watch_added_ms(endpoints: dict[str, tuple[str, str, Path]], events: int) -> dict[str, float]:
-    """Median delay (ms) of each path's watch behind the direct watch, over ``events`` ConfigMap changes.
-
-    All watches are open at once on ``default/configmaps`` (field selector on one name); the direct path writes a
-    counter into the ConfigMap, and each watch stamps when its event line arrives.
-    """
-    seen: dict[str, dict[int, float]] = {name: {} for name in endpoints}
+async def _timed_events(
+    admin: aiohttp.ClientSession,
+    target: str,
+    context: ssl.SSLContext,
+    watched: dict[str, tuple[str, str, Path]],
+    indices: range,
+) -> dict[str, dict[int, float]]:
+    """Open a watch per ``watched`` path, make one ConfigMap change per index, return when each watch saw it."""
+    seen: dict[str, dict[int, float]] = {name: {} for name in watched}
+    opened: dict[str, bool] = {name: False for name in watched}
     arrived = asyncio.Event()
     query = f"api/v1/namespaces/default/configmaps?watch=1&fieldSelector=metadata.name%3D{WATCHED}"
 
     async def watch(name: str, url: str, token: str, ca: Path) -> None:
-        context = ssl.create_default_context(cafile=str(ca))
+        watch_context = ssl.create_default_context(cafile=str(ca))
         timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
         async with (
             aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}, timeout=timeout) as session,
-            session.get(url + query, ssl=context) as resp,
+            session.get(url + query, ssl=watch_context) as resp,
         ):
             assert resp.status == 200, await resp.text()
             async for line in resp.content:
                 stamp = time.perf_counter()
                 if line.strip():
                     counter = json.loads(line)["object"].get("data", {}).get("n")
-                    if counter is not None:
+                    if opened[name] and counter is not None:
                         seen[name][int(counter)] = stamp
-                        arrived.set()
+                    opened[name] = True  # the first event is the ConfigMap's state when the watch opened
+                    arrived.set()
 
+    async def until(done: Callable[[], bool], what: str, limit_s: float) -> None:
+        deadline = time.monotonic() + limit_s
+        while not done():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{what} after {limit_s:.0f} s")
+            arrived.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(arrived.wait(), 1)
+
+    tasks = [asyncio.create_task(watch(name, *endpoint)) for name, endpoint in watched.items()]
+    try:
+        await until(lambda: all(opened.values()), f"watches not open: {opened}", 30)
+        for index in indices:
+            patch = json.dumps({"data": {"n": str(index)}})
+            headers = {"Content-Type": "application/merge-patch+json"}
+            async with admin.patch(f"{target}/{WATCHED}", data=patch, headers=headers, ssl=context) as resp:
+                assert resp.status == 200, await resp.text()
+            await until(
+                lambda i=index: all(i in got for got in seen.values()), f"event {index} missing on some watch", 10
+            )
+            await asyncio.sleep(0.02)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return seen
+
+
+async def watch_added_ms(
+    endpoints: dict[str, tuple[str, str, Path]], events: int, *, together: bool
+) -> dict[str, float]:
+    """Median delay (ms) of each path's watch behind a direct watch of the same event, over ``events`` changes.
+
+    The direct path writes a counter into the watched ConfigMap; each watch stamps when its event line arrives.
+    ``together``: every path's watch is open at once, so all paths relay each event at the same moment and
+    compete for the cores. Otherwise a path's watch is open only beside the direct one, in rounds of ten events per
+    path, alternating (as the small GETs: a user's event does not wait for other proxies' work).
+    """
     url, token, ca = endpoints["direct"]
     context = ssl.create_default_context(cafile=str(ca))
+    paths = [name for name in endpoints if name != "direct"]
+    delays: dict[str, list[float]] = {name: [] for name in endpoints}
     async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as admin:
         target = f"{url}api/v1/namespaces/default/configmaps"
         body = {"metadata": {"name": WATCHED}, "data": {"n": "-1"}}
         async with admin.post(target, json=body, ssl=context) as resp:
             assert resp.status in (201, 409), await resp.text()
-        tasks = [asyncio.create_task(watch(name, *endpoint)) for name, endpoint in endpoints.items()]
-        try:
-            deadline = time.monotonic() + 30
-            while not all(-1 in got for got in seen.values()):  # every watch has its initial ADDED event
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"watches not open after 30 s: { {n: len(s) for n, s in seen.items()} }")
-                arrived.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(arrived.wait(), 1)
-            for index in range(events):
-                patch = json.dumps({"data": {"n": str(index)}})
-                headers = {"Content-Type": "application/merge-patch+json"}
-                async with admin.patch(f"{target}/{WATCHED}", data=patch, headers=headers, ssl=context) as resp:
-                    assert resp.status == 200, await resp.text()
-                deadline = time.monotonic() + 10
-                while not all(index in got for got in seen.values()):
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"event {index} missing on some watch")
-                    arrived.clear()
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(arrived.wait(), 1)
-                await asyncio.sleep(0.02)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-    direct = seen["direct"]
-    return {
-        name: statistics.median((got[i] - direct[i]) * 1000 for i in range(events))
-        for name, got in seen.items()
-        if name != "direct"
-    }
+        if together:
+            rounds = [(list(endpoints), range(events))]
+        else:
+            per_round = 10
+            rounds = []
+            for first in range(0, events, per_round):
+                for number, name in enumerate(paths):
+                    # Values the together-phase did not write: a change to the same value would bring no event.
+                    start = 1_000_000 + first * len(paths) + number * per_round
+                    rounds.append((["direct", name], range(start, start + min(per_round, events - first))))
+        for names, indices in rounds:
+            seen = await _timed_events(admin, target, context, {n: endpoints[n] for n in names}, indices)
+            for name in names:
+                delays[name] += [(seen[name][i] - seen["direct"][i]) * 1000 for i in indices]
+    return {name: statistics.median(values) for name, values in delays.items()}
 
 
 @contextmanager
@@ -400,7 +430,8 @@ async def run(
                         spy.send_signal(2)
                         spy.wait(60)
                     await trace_hops(pids, profile_dir, getters["tether"])
-            watch_added = await watch_added_ms(endpoints, watch_events)
+            watch_together = await watch_added_ms(endpoints, watch_events, together=True)
+            watch_added = await watch_added_ms(endpoints, watch_events, together=False)
         except BaseException:
             for log in sorted(directory.glob("**/*.log")):
                 if "cluster" not in log.parts:
@@ -425,7 +456,8 @@ async def run(
     print(f"small GET median ms: { {k: round(v, 2) for k, v in small_med.items()} }; load average {load}")
     p90 = {k: round(statistics.quantiles(v, n=10)[-1], 2) for k, v in samples.items()}
     print(f"small GET p90 ms: {p90}")
-    print(f"small watch event added ms: { {k: round(v, 2) for k, v in watch_added.items()} }")
+    print(f"small watch event added ms, one path at a time: { {k: round(v, 2) for k, v in watch_added.items()} }")
+    print(f"small watch event added ms, every path at once: { {k: round(v, 2) for k, v in watch_together.items()} }")
     results: list[dict[str, Any]] = []
     for path in paths:
         results += [
@@ -435,6 +467,11 @@ async def run(
                 "unit": "ms",
             },
             {"metric": f"small_watch_event_added_ms_{path}", "value": round(watch_added[path], 2), "unit": "ms"},
+            {
+                "metric": f"small_watch_event_added_concurrent_ms_{path}",
+                "value": round(watch_together[path], 2),
+                "unit": "ms",
+            },
         ]
     for path in ("tether", "upstream") if pods else ():
         results += [

@@ -188,6 +188,10 @@ class MakeRequestServicer:
     async def _make_request(
         self, requests: AsyncIterator[_Request], context: aio.ServicerContext[_Request, _Response]
     ) -> None:
+        # The call's (empty) initial metadata goes out now, while the HTTP request is made: sent with the first
+        # response frame it cost a tunnel write waited on between the server's answer and kas (issue 28). A
+        # failing call still sends it first, as every tunnelled call does (modagent/local_call.py).
+        await context.send_initial_metadata(())
         try:
             await self.serve(requests, context.write)
         except StatusError as exc:
