@@ -1,6 +1,7 @@
 """Hardening benchmarks (issue 9): back-pressure, refresh at 20,000 connections, chaos, 10,000 agents.
 
-Usage: ``uv run python bench/hardening.py [--agents N] [--part all|tests|agents|freeze] [--runs N] [--no-dev-venv]``
+Usage: ``uv run python bench/hardening.py [--agents N] [--part all|tests|agents|freeze] [--runs N] [--no-dev-venv]
+[--upstream-runs N]``
 
 The first three figures come from the tests that check them, run here through pytest with
 ``TETHER_BENCH_DIR`` set so they write their measurements:
@@ -29,6 +30,12 @@ the median of each figure is recorded, with ``connect_10000_agents_seconds_min``
 prints the load average before it and the CPU seconds of kas, of this process (the hub runs in a thread of
 it) and of the simulator during the storm, and records ``kas_storm_cpu_ms_per_agent`` and
 ``storm_load_average`` (1-minute). ``--no-dev-venv`` skips the development environment's run.
+``--upstream-runs N`` runs the same storm N times against upstream kas 16.5 (the peer, built by ``tether dev
+upstream build``) on the same hub (with its Gitaly-compatible service, which upstream kas reads configurations
+from), Redis and simulator, and records its figures with the suffix ``_upstream`` (median; ``_min``/``_max`` for the
+connect time). Its client-side limits on GitLab and Gitaly calls (50 and 15 a second by default) are lifted, so the
+storm measures upstream kas, not them. Upstream kas has no ``tunnels_idle`` gauge: its tunnels count as there once its
+``grpc_server_requests_in_flight`` shows every ``Connect`` call open.
 
 ``redis_freeze_gateway_requests_ratio`` (issue 27 item 5, ``--part freeze``): one kas on a private Redis with
 one agentk connected to it (the endpoint behind agentk answers a bare 404) and :data:`FREEZE_CLIENTS` clients
@@ -52,16 +59,19 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import aiohttp
+import yaml
 
 from tests.e2e.test_k8s_proxy_upgrade import agent_kubeconfig, client_tls
 from tests.fixtures import system as system_fixture
-from tests.fixtures.hub import RunningHub
+from tests.fixtures.hub import RealHub, RunningHub
 from tests.fixtures.system import KAS_DEFAULT_CACHING, KasProc, System, write_private_secret
 from tests.support.runtime_venv import build_runtime_venv
-from tether_devenv import pki
+from tether_devenv import pki, upstream
+from tether_devenv.process import ManagedProcess, free_port, free_ports
 from tether_devenv.redis_server import RedisServer
 
 HERE = Path(__file__).parent
@@ -91,6 +101,18 @@ def cpu_s(pid: int) -> float:
     """CPU seconds (user + system) ``pid`` has used so far, all its threads (``/proc/<pid>/stat``)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def tunnels(kas: KasProc, upstream_kas: bool) -> float:
+    """Tether kas' idle tunnels (``tunnels_idle``: descriptor received, waiting for a call), as every earlier record
+    counted them; upstream kas has no such gauge: its open ``Connect`` calls (:func:`open_tunnels`). -1 while kas is
+    too busy to answer."""
+    if not upstream_kas:
+        return await gauge(kas, "tunnels_idle")
+    try:
+        return await asyncio.to_thread(open_tunnels, kas)
+    except OSError:
+        return -1.0
 
 
 async def gauge(kas: KasProc, name: str) -> float:
@@ -125,20 +147,76 @@ def from_tests(directory: Path) -> dict[str, tuple[float, str]]:
     }
 
 
-async def many_agents(count: int, tether: str, suffix: str) -> dict[str, tuple[float, str]]:
-    """kas (the ``tether`` executable given) with ``count`` simulated agents, one HTTP/2 connection each."""
+def start_upstream_kas(system: System, hub: RealHub, redis: RedisServer) -> KasProc:
+    """Upstream kas 16.5 (built by ``tether dev upstream build``) on the same hub and Redis, with its defaults.
+
+    Only its agent, api, private api and observability listeners, and its rate limits on GitLab and Gitaly calls
+    lifted; it reads agent configurations through the hub's Gitaly-compatible service (docs/interop.md), so the hub
+    must have been started with ``gitaly.listen``.
+    """
+    directory = system.directory / "upstream-kas"
+    directory.mkdir()
+    names = ("agent", "api", "private_api", "observability")
+    ports = dict(zip(names, free_ports(len(names)), strict=True))
+    config: dict[str, Any] = {
+        "gitlab": {"address": hub.url, "authentication_secret_file": str(hub.secret_file)},
+        "agent": {"listen": {"address": f"127.0.0.1:{ports['agent']}"}},
+        "observability": {"listen": {"address": f"127.0.0.1:{ports['observability']}"}},
+        "api": {"listen": {"address": f"127.0.0.1:{ports['api']}", "authentication_secret_file": str(hub.secret_file)}},
+        "private_api": {
+            "listen": {
+                "address": f"127.0.0.1:{ports['private_api']}",
+                "authentication_secret_file": str(system.private_secret_file),
+            }
+        },
+        "redis": {"server": {"address": f"127.0.0.1:{redis.port}"}, "key_prefix": "upstream"},
+    }
+    # Upstream's client-side rate limits on GitLab (50 calls/s) and Gitaly (15 calls/s per server) would make the
+    # storm a measure of them: 300 agents took 38 s with them, about two Gitaly calls per configuration. Lifted, so
+    # the run shows what upstream kas itself spends (Tether kas has no per-second limit on hub calls).
+    unlimited = {"refill_rate_per_second": 1_000_000.0, "bucket_size": 1_000_000}
+    config["gitlab"]["api_rate_limit"] = unlimited
+    config["gitaly"] = {"global_api_rate_limit": unlimited, "per_server_api_rate_limit": unlimited}
+    path = directory / "kas.yaml"
+    path.write_text(yaml.safe_dump(config))
+    command = [str(upstream.locate().kas), "--configuration-file", str(path)]
+    kas = KasProc(
+        "upstream-kas", directory, ports, config, ManagedProcess("upstream-kas", command, directory / "kas.log")
+    )
+    assert kas.process is not None
+    kas.process.start()
+    kas.process.wait_ready(lambda: kas.readiness()[0] == 200, 60, "ready", ports["observability"])
+    return kas
+
+
+def open_tunnels(kas: KasProc) -> float:
+    """Tunnels (``ReverseTunnel.Connect`` calls) kas serves now: ``grpc_server_requests_in_flight``, which upstream kas
+    and Tether kas both export under the same name and labels."""
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in kas.metrics().splitlines()
+        if line.startswith("grpc_server_requests_in_flight{") and 'grpc_method="Connect"' in line
+    )
+
+
+async def many_agents(count: int, tether: str | None, suffix: str) -> dict[str, tuple[float, str]]:
+    """kas with ``count`` simulated agents, one HTTP/2 connection each: Tether kas (the ``tether`` executable
+    given) or, with ``tether`` None, upstream kas 16.5 on the same hub, Redis and simulator (issue 28: the peer)."""
     with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp:
         directory = Path(tmp)
-        system_fixture.TETHER = tether
+        if tether is not None:
+            system_fixture.TETHER = tether
         redis = RedisServer(directory / "redis").start()
-        running = RunningHub(directory / "hub")
+        running = RunningHub(
+            directory / "hub", {"gitaly.listen": f"127.0.0.1:{free_port()}"} if tether is None else None
+        )
         hub = running.hub
         system = System(directory, hub, write_private_secret(directory / "private_secret"), None, redis)
         prefix = f"many{time.monotonic_ns()}-"
         for i in range(count):
             hub.add_agent(f"{prefix}{i}", 300_000 + i, 400_000 + i // 10)
         try:
-            kas = system.kas(**KAS_DEFAULT_CACHING)
+            kas = system.kas(**KAS_DEFAULT_CACHING) if tether is not None else start_upstream_kas(system, hub, redis)
             assert kas.process is not None
             load = os.getloadavg()
             kas_cpu_before, own_cpu_before = cpu_s(kas.process.pid), cpu_s(os.getpid())
@@ -160,7 +238,7 @@ async def many_agents(count: int, tether: str, suffix: str) -> dict[str, tuple[f
                 deadline = began + 600
                 while not (configured_s and tunnels_s):
                     if time.monotonic() > deadline:
-                        raise RuntimeError(f"agents did not all connect: {await gauge(kas, 'tunnels_idle')} tunnels")
+                        raise RuntimeError(f"agents did not all connect: {await tunnels(kas, tether is None)} tunnels")
                     while not lines.empty():
                         if lines.get() == "configured\n":
                             configured_s = time.monotonic() - began
@@ -168,7 +246,7 @@ async def many_agents(count: int, tether: str, suffix: str) -> dict[str, tuple[f
                     # kas 5 % of its CPU during a 2,000-agent storm (py-spy), so once a second (issue 28 item 5).
                     if not tunnels_s and time.monotonic() >= polled + 1.0:
                         polled = time.monotonic()
-                        if await gauge(kas, "tunnels_idle") >= 2 * count:
+                        if await tunnels(kas, tether is None) >= 2 * count:
                             tunnels_s = time.monotonic() - began
                     await asyncio.sleep(0.2)
                 connect_s = max(configured_s, tunnels_s)
@@ -185,7 +263,7 @@ async def many_agents(count: int, tether: str, suffix: str) -> dict[str, tuple[f
                 )
                 await asyncio.sleep(10)  # settle: anything that breaks shows as re-opened streams
                 rss = rss_mib(kas.process.pid)
-                agents_seen = await gauge(kas, "connected_agents_count")
+                agents_seen = await gauge(kas, "connected_agents_count")  # upstream's name too
             finally:
                 sim.stdin.close()
                 reader.join(120)
@@ -321,6 +399,12 @@ def main() -> None:
     )
     parser.add_argument("--runs", type=int, default=3, help="10,000-agent runs of the runtime kas (median recorded)")
     parser.add_argument("--no-dev-venv", action="store_true", help="skip the development environment's kas run")
+    parser.add_argument(
+        "--upstream-runs",
+        type=int,
+        default=0,
+        help="also run the storm this many times against upstream kas 16.5 (the peer; figures with suffix _upstream)",
+    )
     args = parser.parse_args()
     figures: dict[str, tuple[float, str]] = {}
     if args.part in ("all", "tests"):
@@ -337,6 +421,11 @@ def main() -> None:
             figures.update(spread(runs))
         if not args.no_dev_venv:
             figures.update(asyncio.run(many_agents(args.agents, DEV_TETHER, "_dev_venv")))
+        if args.upstream_runs:
+            peer = [asyncio.run(many_agents(args.agents, None, "_upstream")) for _ in range(args.upstream_runs)]
+            for number, run in enumerate(peer, 1):
+                print(f"upstream run {number}: " + ", ".join(f"{name} {value:.2f}" for name, (value, _) in run.items()))
+            figures.update({name: value for name, value in spread(peer).items() if name != "many_agents_runs"})
     if args.part in ("all", "freeze"):
         figures.update(asyncio.run(redis_freeze()))
     for name, (value, unit) in figures.items():
