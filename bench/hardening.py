@@ -184,6 +184,7 @@ def start_upstream_kas(system: System, hub: RealHub, redis: RedisServer) -> KasP
         "upstream-kas", directory, ports, config, ManagedProcess("upstream-kas", command, directory / "kas.log")
     )
     assert kas.process is not None
+    system.started.append(kas)  # stopped with the rest by ``system.stop_all()``
     kas.process.start()
     kas.process.wait_ready(lambda: kas.readiness()[0] == 200, 60, "ready", ports["observability"])
     return kas
