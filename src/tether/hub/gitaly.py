@@ -128,8 +128,8 @@ class _Store:
             async with self._db.transaction(read_only=True) as session:
                 yield session
 
-    # One transaction per call: upstream kas makes two calls per agent configuration, and at 300 agents connecting
-    # at once a transaction each for the project and for its data cost the hub about 16 ms of CPU per agent.
+    # One transaction per call, not one for the project and one for its data: upstream kas makes two calls per
+    # agent configuration, and in a 300-agent storm they cost the hub about 16 ms of CPU per agent (issue 28).
 
     async def head(self, repository: gitaly_pb2.Repository) -> tuple[Project, str] | None:
         """The project and its default branch's commit (see the module docstring), or None without such a project."""
