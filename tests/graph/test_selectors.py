@@ -43,6 +43,15 @@ from tether.kube.selectors import (
         ("example.com/app=web", {"example.com/app": "web"}, True),
         ("a=", {"a": ""}, True),
         ("a in (x,)", {"a": ""}, True),
+        # "in" and "notin" are operators only where an operator goes; as keys and values they are words
+        # (apimachinery's parser reads keys and values in its Values context). Found by the property below.
+        ("a=in", {"a": "in"}, True),
+        ("a!=notin", {"a": "notin"}, False),
+        ("in=notin", {"in": "notin"}, True),
+        ("in", {"in": ""}, True),
+        ("!notin", {"notin": "x"}, False),
+        ("in in (in, notin)", {"in": "notin"}, True),
+        ("notin notin (in)", {"notin": "in"}, False),
     ],
 )
 def test_label_selector_matching(text: str, labels: dict[str, str], expected: bool) -> None:
@@ -153,9 +162,9 @@ def test_field_selector_parser_never_crashes(text: str) -> None:
         assert isinstance(selector, FieldSelector)
 
 
-# "in" and "notin" are keywords of the selector grammar (as in Kubernetes' lexer), never bare keys.
-_key = st.from_regex(r"\A[a-z][a-z0-9]{0,8}\Z").filter(lambda key: key not in ("in", "notin"))
-_value = st.from_regex(r"\A[a-z0-9]{0,8}\Z")
+# Keys and values "in" and "notin" included: they are words there, as in apimachinery's parser.
+_key = st.one_of(st.sampled_from(["in", "notin"]), st.from_regex(r"\A[a-z][a-z0-9]{0,8}\Z"))
+_value = st.one_of(st.sampled_from(["in", "notin"]), st.from_regex(r"\A[a-z0-9]{0,8}\Z"))
 
 
 @given(st.dictionaries(_key, _value, max_size=5), st.dictionaries(_key, _value, max_size=5))

@@ -196,6 +196,12 @@ class _Lexer:
                 yield (kind, word, start)
 
 
+#: Tokens that stand for a key or a value: ``in`` and ``notin`` are operators only where an operator is expected
+#: (apimachinery's parser reads keys and values in its ``Values`` context, where they are identifiers):
+#: ``in=notin`` selects label ``in`` equal to ``notin``.
+_WORDS = ("word", "in", "notin")
+
+
 def parse_label_selector(text: str) -> LabelSelector:
     """Parse a label selector string (e.g. ``app=web,tier in (a,b),!legacy``).
 
@@ -224,11 +230,11 @@ def parse_label_selector(text: str) -> LabelSelector:
         kind, value, pos = take()
         if kind == "!":
             kind, key, pos = take()
-            if kind != "word":
+            if kind not in _WORDS:
                 raise SelectorError(f"label selector {text!r}: expected a label key after '!' at position {pos}")
             validate_label_key(key)
             requirements.append(LabelRequirement(key, Operator.DOES_NOT_EXIST))
-        elif kind == "word":
+        elif kind in _WORDS:
             key = value
             validate_label_key(key)
             kind, value, pos = peek()
@@ -238,7 +244,7 @@ def parse_label_selector(text: str) -> LabelSelector:
                 operator = Operator.NOT_EQUALS if kind == "!=" else Operator.EQUALS
                 take()
                 kind, value, pos = peek()
-                if kind == "word":
+                if kind in _WORDS:
                     take()
                 elif kind in (",", "end"):
                     value = ""
@@ -296,7 +302,7 @@ def _parse_set(text: str, tokens: list[tuple[str, str, int]], index: int) -> fro
                 values.append("")
             expect_value = True
             continue
-        if kind != "word" or not expect_value:
+        if kind not in _WORDS or not expect_value:
             raise SelectorError(f"label selector {text!r}: unexpected {value!r} in value set at position {pos}")
         values.append(value)
         expect_value = False
