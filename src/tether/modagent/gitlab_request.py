@@ -24,6 +24,8 @@ from tether.tool.http_grpc.buffered import HttpStreamError, read_response, reque
 _CHUNK_BYTES = 64 * 1024
 #: The largest answer accepted from the hub, in bytes (a full reconcile answer of a few thousand workspaces).
 MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+#: grpcio's details for a request message it could not send because the call had already ended.
+_CORE_SEND_FAILED = "Internal error from Core"
 #: Codes after which the same request may simply be sent again later.
 RETRYABLE = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED}
@@ -72,7 +74,8 @@ async def make_gitlab_request(
 
     Raises:
         GitlabRequestError: kas refused the call or the hub could not be reached (``retryable`` for
-            UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED).
+            UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, and for grpcio's own INTERNAL when kas ended the
+            call before the request was sent, which hides kas' status).
     """
     extra = any_pb2.Any()
     extra.Pack(rpc_pb2.HeaderExtra(module_name=module_name))
@@ -91,8 +94,11 @@ async def make_gitlab_request(
         call = stub.MakeRequest(messages(), metadata=tuple(metadata), timeout=timeout_s)
         answer = await read_response(call, MAX_RESPONSE_BYTES)
     except aio.AioRpcError as exc:
+        # grpcio reports a request frame it could not send because kas had already ended the call as its own
+        # INTERNAL, losing kas' status (e.g. UNAVAILABLE while the hub is down): the call may be tried again.
+        lost = exc.code() is grpc.StatusCode.INTERNAL and exc.details() == _CORE_SEND_FAILED
         raise GitlabRequestError(
-            f"{module_name}{path} through kas: {exc.code().name}: {exc.details()}", exc.code() in RETRYABLE
+            f"{module_name}{path} through kas: {exc.code().name}: {exc.details()}", exc.code() in RETRYABLE or lost
         ) from exc
     except HttpStreamError as exc:
         call.cancel()
