@@ -12,8 +12,10 @@ Real local HTTP servers named ``localhost`` (aiohttp keeps no cookies for IP add
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
+import pytest
 import yarl
 from aiohttp import web
 
@@ -77,24 +79,29 @@ async def test_a_cookie_set_for_one_forwarded_request_is_not_sent_with_the_next(
     assert [list(head["Set-Cookie"].value) for head in heads] == [["session=secret-of-the-first-caller; Path=/"]] * 2
 
 
-async def test_kas_hub_client_sends_no_cookie_the_hub_set() -> None:
-    runner, port, seen = await _cookie_server("/api/v4/internal/kubernetes/agent_info")
-    client = GitlabClient(f"http://localhost:{port}", b"s" * 32)
-    try:
-        for _ in range(2):
-            await client.get_agent_info("agent-token")
-    finally:
-        await client.close()
-        await runner.cleanup()
-    assert seen == [None, None]
+#: Clients that call one process on behalf of many: (path they call, client for a base URL, one call).
+_CLIENTS: dict[str, tuple[str, Callable[[str], Any], Callable[[Any], Awaitable[Any]]]] = {
+    "kas_hub_client": (
+        "/api/v4/internal/kubernetes/agent_info",
+        lambda url: GitlabClient(url, b"s" * 32),
+        lambda client: client.get_agent_info("agent-token"),
+    ),
+    "agentk_api_client": (
+        "/api/v1/namespaces/default",
+        lambda url: KubeClient(KubeCredentials(server=url, token="agentk-token")),
+        lambda client: client.get_json("/api/v1/namespaces/default"),
+    ),
+}
 
 
-async def test_agentk_api_client_sends_no_cookie_the_api_server_set() -> None:
-    runner, port, seen = await _cookie_server("/api/v1/namespaces/default")
-    client = KubeClient(KubeCredentials(server=f"http://localhost:{port}", token="agentk-token"))
+@pytest.mark.parametrize("name", list(_CLIENTS))
+async def test_a_client_sends_no_cookie_its_server_set(name: str) -> None:
+    path, make, call = _CLIENTS[name]
+    runner, port, seen = await _cookie_server(path)
+    client = make(f"http://localhost:{port}")
     try:
         for _ in range(2):
-            await client.get_json("/api/v1/namespaces/default")
+            await call(client)
     finally:
         await client.close()
         await runner.cleanup()
