@@ -73,10 +73,14 @@ class KasServices:
     auth: AgentAuthenticator
 
     async def close_clients(self) -> None:
-        """Close the connections to other kas, the hub and the rate limiter's Redis (the backend stays open)."""
+        """Close the connections to other kas, the hub and the rate limiter's Redis; stop the stall probes.
+
+        The backend stays open.
+        """
         await self.routing.pool.close()
         await self.gitlab.close()
         await self.state.rate_limiter.close()
+        await self.state.tunnel_tracker.close()
         await self.auth.close()
 
 

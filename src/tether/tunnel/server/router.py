@@ -26,6 +26,7 @@ from tether.pb.gitlab.agent.kas import kasapp_pb2
 from tether.tool import tracing
 from tether.tool.automaton import StreamAutomaton, StreamOrderError
 from tether.tool.backoff import Backoff
+from tether.tool.circuit_breaker import CircuitOpen
 from tether.tool.grpc_meta import Metadata, MetadataIn, timeout_entry
 from tether.tool.relay import AnswerFrames, Handler, dispatch, pump
 from tether.tool.status import StatusError
@@ -64,7 +65,11 @@ class TunnelUrlSource(Protocol):
     """Which kas instances hold tunnels of an agent (the tunnel tracker, kas.md §3.2)."""
 
     async def kas_urls(self, agent_id: int) -> list[str]:
-        """Private API URLs of the kas instances with tunnels of ``agent_id``."""
+        """Private API URLs of the kas instances with tunnels of ``agent_id``.
+
+        Raises:
+            CircuitOpen: the tracker's store is stalled or failing (the router goes on without it).
+        """
 
 
 @dataclass(frozen=True)
@@ -336,8 +341,11 @@ class Router:
             consider([announced.get_nowait()])
 
     async def _tracker_urls(self, agent_id: int) -> list[str]:
+        """The tracker's kas URLs for ``agent_id``; none while it fails (this kas and pub/sub events remain)."""
         try:
             return await self._urls.kas_urls(agent_id)
+        except CircuitOpen:
+            return []  # the breaker logged the stall once; each waiting request would repeat it
         except Exception:
             log.exception("reading the tunnel tracker failed", extra={"agent_id": agent_id})
             return []

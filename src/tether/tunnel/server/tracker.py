@@ -3,6 +3,12 @@
 Key ``<prefix>:tunnel_tracker2:kas_by_agent_id:`` + int64-LE(agent_id); field = a kas' private API URL; value =
 ``ExpiringValue{expires_at, value = empty}``. The 5 s delayed unregistration (kas.md §1.6) belongs to the kas
 tunnel registry that calls :meth:`TunnelTracker.unregister`, not here.
+
+Reads (:meth:`TunnelTracker.kas_urls`) run on a routed request's path, so they go through a
+:class:`~tether.tool.circuit_breaker.CircuitBreaker` (issue 27 item 5): a request that stops waiting for one
+returns at once, and while Redis stalls they fail at once instead of holding pool connections. redis-py does not
+always end a cancelled command promptly: one cancelled while a new connection to a frozen Redis sends its
+handshake went on until the 3 s socket timeout, and the routing kas waited for it past the request's deadline.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ import asyncio
 from collections.abc import Iterable
 
 from tether.pb.gitlab.agent.event.event_pb2 import TunnelsAvailable
+from tether.tool.circuit_breaker import CircuitBreaker
 from tether.tool.events import EventBus
 from tether.tool.expiring_hash import (
     DEFAULT_ENTRY_TTL,
@@ -52,6 +59,7 @@ class TunnelTracker:
         self._own_url = own_url
         self._refresh_s = ttl.refresh_s
         self._hash: ExpiringHash[int] = ExpiringHash(backend, ttl.ttl_s, self.agent_key)
+        self._reads = CircuitBreaker("tunnel_tracker", backend.ping)
 
     @property
     def own_url(self) -> str:
@@ -83,8 +91,17 @@ class TunnelTracker:
         """Return the sorted private API URLs of the kas instances with tunnels of ``agent_id``.
 
         Expired fields are skipped and pruned lazily (kas.md §3.2 "Query").
+
+        Raises:
+            CircuitOpen: the backend stalled or failed during this read or recently (the read was not made, or
+                was given up); it is probed in the background until it answers.
+            Exception: the backend's error (the circuit opens).
         """
-        return sorted(await self._hash.scan(agent_id))
+        return sorted(await self._reads.call(lambda: self._hash.scan(agent_id)))
+
+    async def close(self) -> None:
+        """Stop probing a stalled backend (its owner closes it)."""
+        await self._reads.close()
 
     def registered_agents(self) -> frozenset[int]:
         """Return the agent ids this kas currently advertises."""
