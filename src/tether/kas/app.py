@@ -42,6 +42,7 @@ from tether.modshared.supervisor import ModuleSupervisor
 from tether.pb.gitlab.agent.kas.instance_pb2 import KasInstanceInfo
 from tether.tool.logs import set_process_fields
 from tether.tool.memory import freeze_startup_heap, space_full_collections
+from tether.tool.tasks import wait_or_abandon
 from tether.tunnel.server.agent_conn import RoutedAgentConn
 from tether.tunnel.server.grpc_handlers import PrivateApiHandler, RoutedApiHandler
 
@@ -156,7 +157,7 @@ class KasApp:
         return None if self._listening else "listeners not started"
 
     async def _backend_probe(self) -> str | None:
-        await asyncio.wait_for(self.services.state.backend.ping(), timeout=2.0)
+        await wait_or_abandon(self.services.state.backend.ping(), 2.0)
         return None
 
     async def start(self) -> None:

@@ -17,12 +17,14 @@ import time
 from tether.kas.config import KasConfig
 from tether.kas.listeners import GrpcListeners
 from tether.kas.services import KasServices, State
+from tether.tool.tasks import wait_or_abandon
 
 __all__ = ["drain"]
 
 log = logging.getLogger(__name__)
 
-#: Seconds a Redis read of the drain may take before it goes on without the answer.
+#: Seconds a Redis read of the drain may take before it goes on without the answer (the work is abandoned, not
+#: waited for: see ``tool/tasks.py``).
 READ_TIMEOUT_S = 2.0
 #: Seconds the agent listener's grace outlasts the others'. The api and private listeners cancel the calls they
 #: relay at the end of their grace, and the drain then ends the tunnels left with OK; gRPC cancelling a tunnel
@@ -33,7 +35,7 @@ TUNNEL_MARGIN_S = 1.0
 
 async def _has_tunnels_elsewhere(state: State, own_url: str, agent_id: int) -> bool:
     try:
-        urls = await asyncio.wait_for(state.tunnel_tracker.kas_urls(agent_id), READ_TIMEOUT_S)
+        urls = await wait_or_abandon(state.tunnel_tracker.kas_urls(agent_id), READ_TIMEOUT_S)
     except Exception:
         return False  # then one tunnel moves and the others wait for the announcement
     return any(url != own_url for url in urls)
@@ -41,19 +43,25 @@ async def _has_tunnels_elsewhere(state: State, own_url: str, agent_id: int) -> b
 
 async def _other_instances(state: State, own_url: str) -> bool:
     try:
-        listed = await asyncio.wait_for(state.instances.instances(), READ_TIMEOUT_S)
+        listed = await wait_or_abandon(state.instances.instances(), READ_TIMEOUT_S)
     except Exception:
         return True  # unknown: give the agents their chance to move
     return any(info.private_api_url != own_url for info in listed)
 
 
-async def _move_agents(config: KasConfig, services: KasServices) -> None:
-    routing, state, own_url = config.routing, services.state, services.own_url
-    move_timeout = min(routing.agent_move_timeout, routing.shutdown_grace_period)
-    if not await _other_instances(state, own_url):
-        move_timeout = 0.0  # a lone kas: its agents have nowhere to move, waiting would only delay its stop
+async def _forget_instance(state: State) -> None:
     with contextlib.suppress(Exception):
-        await state.instances.clear()  # other kas stop discovering this one
+        await wait_or_abandon(state.instances.clear(), READ_TIMEOUT_S)  # other kas stop discovering this one
+
+
+async def _move_agents(config: KasConfig, services: KasServices, grace_ends: float) -> None:
+    routing, state, own_url = config.routing, services.state, services.own_url
+    # At once: with Redis stalled each gives up after READ_TIMEOUT_S, and one after the other they added up.
+    others, _ = await asyncio.gather(_other_instances(state, own_url), _forget_instance(state))
+    # The move is part of the grace period, Redis reads included: it never makes the drain outlast it.
+    move_timeout = min(routing.agent_move_timeout, max(grace_ends - time.monotonic(), 0.0))
+    if not others:
+        move_timeout = 0.0  # a lone kas: its agents have nowhere to move, waiting would only delay its stop
 
     async def moved(agent_id: int) -> bool:
         return await _has_tunnels_elsewhere(state, own_url, agent_id)
@@ -69,17 +77,27 @@ async def drain(config: KasConfig, services: KasServices, listeners: GrpcListene
     # No new agent connections or hub calls from now on: they go to another kas.
     agent_stopping = asyncio.ensure_future(listeners.agent.stop(grace_s + TUNNEL_MARGIN_S))
     stopping = [asyncio.ensure_future(listeners.api.stop(grace_s))]
-    await _move_agents(config, services)
+    await _move_agents(config, services, grace_ends)
     registry = services.routing.registry
     await registry.stop()
     stopping.append(asyncio.ensure_future(listeners.private.stop(max(grace_ends - time.monotonic(), 0.0))))
-    state = services.state
-    await asyncio.gather(
-        state.tunnel_tracker.clear(), state.agent_tracker.clear(), state.instances.clear(), return_exceptions=True
-    )
+    # This kas' Redis entries go while the listeners stop; a stalled Redis must not hold up the tunnels' clean end
+    # (its entries expire by their TTL, and other kas skip them meanwhile).
+    clearing = asyncio.ensure_future(_clear_entries(services.state, max(grace_ends - time.monotonic(), READ_TIMEOUT_S)))
     await asyncio.gather(*stopping)
     # Calls of this kas' own proxies (the Kubernetes API proxy) forward through tunnels too: they get the grace.
     await asyncio.wait({agent_stopping}, timeout=max(grace_ends - time.monotonic(), 0.0))
     if ended := registry.end_tunnels():
         log.info("%d tunnels still forwarding at the end of the grace period ended", ended)
     await agent_stopping
+    await clearing
+
+
+async def _clear_entries(state: State, timeout_s: float) -> None:
+    clears = asyncio.gather(
+        state.tunnel_tracker.clear(), state.agent_tracker.clear(), state.instances.clear(), return_exceptions=True
+    )
+    try:
+        await wait_or_abandon(clears, timeout_s)
+    except TimeoutError:
+        log.warning("Redis did not answer within %.1f s: this kas' entries stay until they expire", timeout_s)

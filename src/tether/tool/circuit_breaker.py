@@ -22,9 +22,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from prometheus_client import Counter
+
+from tether.tool.tasks import abandon
 
 __all__ = ["STALL_S", "CircuitBreaker", "CircuitOpen"]
 
@@ -98,7 +100,6 @@ class CircuitBreaker:
             raise CircuitOpen(f"{self._store}: the store is stalled or failing")
         started = self._clock()
         task = asyncio.ensure_future(operation())
-        task.add_done_callback(_retrieve)  # a call given up may still fail later: nobody else reads its error
         try:
             while True:
                 remaining = self._give_up_at(started) - self._clock()
@@ -111,7 +112,7 @@ class CircuitBreaker:
                     raise CircuitOpen(f"{self._store}: the store did not answer")
         finally:
             if not task.done():
-                task.cancel()
+                abandon(task)  # never waited for: the store's client may take its socket timeout to end it
         if task.cancelled():  # cancelled from inside (the client's own cleanup), not by our caller
             self._trip("the call was cancelled")
             raise CircuitOpen(f"{self._store}: the call was cancelled")
@@ -156,8 +157,3 @@ class CircuitBreaker:
         if self._prober is not None and not self._prober.done():
             self._prober.cancel()
             await asyncio.gather(self._prober, return_exceptions=True)
-
-
-def _retrieve(task: asyncio.Future[Any]) -> None:
-    if not task.cancelled():
-        task.exception()

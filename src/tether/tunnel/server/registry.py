@@ -330,12 +330,15 @@ class TunnelRegistry:
 
         Args:
             elsewhere: whether an agent already has tunnels on another kas (the tunnel tracker); errors count as no.
-            timeout_s: give up waiting for the agents that have not moved after this many seconds.
+            timeout_s: give up waiting for the agents that have not moved this many seconds after the call
+                (``elsewhere``'s reads included).
 
         Returns:
             the number of agents that had not moved when the wait ended (their tunnels end at :meth:`stop`).
         """
         self._draining = True
+        loop = asyncio.get_running_loop()
+        give_up_at = loop.time() + timeout_s
         agents = list(self._idle)
         results = await asyncio.gather(*(elsewhere(a) for a in agents), return_exceptions=True)
         for agent_id, moved in zip(agents, results, strict=True):
@@ -353,7 +356,7 @@ class TunnelRegistry:
             sum(moved is True for moved in results),
         )
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._all_moved.wait(), timeout_s)
+            await asyncio.wait_for(self._all_moved.wait(), max(give_up_at - loop.time(), 0.0))
         return len(self._idle)
 
     def moved(self, agent_id: int) -> None:

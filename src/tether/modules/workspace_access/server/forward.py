@@ -33,6 +33,7 @@ from tether.pb.gitlab.agent.prototool import prototool_pb2
 from tether.pb.gitlab.agent.workspace_access.rpc import rpc_pb2
 from tether.tool.http_grpc.headers import is_upgrade, to_values
 from tether.tool.http_grpc.proxy_call import ProxyCall, ResponseStreamError, content_length_of
+from tether.tool.tasks import wait_or_abandon
 
 __all__ = ["MAKE_REQUEST", "WorkspaceForwarder"]
 
@@ -155,7 +156,7 @@ class WorkspaceForwarder:
             await asyncio.wait_for(call.wait_head(), _TRACKER_AFTER_S)
             return _Failure(0, "", "")
         try:
-            connections = await asyncio.wait_for(self._tracker.connections_by_agent_id(ws.agent_id), 2.0)
+            connections = await wait_or_abandon(self._tracker.connections_by_agent_id(ws.agent_id), 2.0)
         except Exception as exc:  # unknown: the router's own bounded wait decides
             log.info("reading the connections of agent %d failed: %r", ws.agent_id, exc)
             connections = None
