@@ -91,3 +91,23 @@ async def test_the_first_answer_may_take_longer_while_connections_open() -> None
     with pytest.raises(CircuitOpen):
         await breaker.call(never)  # answered once: the stall bound
     await breaker.close()
+
+
+async def test_priming_gives_the_first_call_the_stall_bound() -> None:
+    store = Store()
+    # Unprimed, the call below would wait for a first answer for a minute (past the test's timeout).
+    breaker = CircuitBreaker("test", store.ping, stall_s=STALL_S, first_answer_s=60.0)
+    await breaker.prime()
+    assert store.pings == 1 and not breaker.is_open
+    with pytest.raises(CircuitOpen):
+        await breaker.call(never)
+    await breaker.close()
+
+
+async def test_priming_a_silent_store_opens_the_circuit() -> None:
+    store = Store()
+    store.up = False
+    breaker = CircuitBreaker("test", store.ping, stall_s=STALL_S, first_answer_s=STALL_S, probe_every_s=STALL_S)
+    await breaker.prime()  # returns: a failed priming is logged, not raised
+    assert breaker.is_open
+    await breaker.close()

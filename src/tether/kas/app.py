@@ -172,6 +172,7 @@ class KasApp:
             await self.supervisor.start(self.modules)
         except ModuleStartError as exc:
             raise KasStartError(str(exc)) from exc
+        await self.services.prime_breakers()
         await self.listeners.start()
         for name, run in kas_loops(self.services, self.agent_count).items():
             self.supervisor.spawn(name, run)  # a crash is logged, counted and restarted (issue 24 item 3)

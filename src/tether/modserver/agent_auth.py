@@ -335,6 +335,11 @@ class AgentAuthenticator:
         except Exception:
             log.exception("writing the agent error cache failed")
 
+    async def prime(self) -> None:
+        """Ask the refusal cache once at start (:meth:`~tether.tool.circuit_breaker.CircuitBreaker.prime`)."""
+        if self._errors_breaker is not None:
+            await self._errors_breaker.prime()
+
     async def close(self) -> None:
         """Stop probing a stalled refusal cache."""
         if self._errors_breaker is not None:

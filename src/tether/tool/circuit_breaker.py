@@ -14,6 +14,11 @@ than any deadline short enough for a request), so the breaker judges the store b
   store, and the caller falls back (local counters, no cache);
 - while open, one probe at a time (a PING in the background, never on a request's path) runs every
   ``probe_every_s``; its answer closes the circuit.
+
+A process primes its breakers at start (:meth:`CircuitBreaker.prime`: one probe through the breaker), so the short
+bound applies from its first call. Unprimed, a kas whose Redis froze before its first rate-limit check waited
+:data:`FIRST_ANSWER_S` in that check: requests overran their deadline, and an agent connecting then became
+reachable after 9.4 s instead of 1.0 s.
 """
 
 from __future__ import annotations
@@ -123,6 +128,17 @@ class CircuitBreaker:
             raise
         self._last_answer = self._clock()
         return result
+
+    async def prime(self) -> None:
+        """Ask the store once through the breaker (the probe), at start.
+
+        Later calls then wait :data:`STALL_S` for a silent store, not :data:`FIRST_ANSWER_S`. A failure opens the
+        circuit, as any call's would.
+        """
+        try:
+            await self.call(self._probe)
+        except Exception as exc:  # CircuitOpen, or the error that opened it (logged by _trip)
+            log.debug("%s: priming failed: %r", self._store, exc)
 
     def _give_up_at(self, started: float) -> float:
         if self._last_answer is None:

@@ -141,6 +141,11 @@ class RateLimiter:
             RATE_LIMITED.labels(limit=name).inc()
         return allowed
 
+    async def prime(self) -> None:
+        """Ask Redis once at start (:meth:`~tether.tool.circuit_breaker.CircuitBreaker.prime`); nothing in memory."""
+        if self._breaker is not None:
+            await self._breaker.prime()
+
     async def close(self) -> None:
         """Stop probing a stalled Redis."""
         if self._breaker is not None:

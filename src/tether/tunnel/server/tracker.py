@@ -99,6 +99,10 @@ class TunnelTracker:
         """
         return sorted(await self._reads.call(lambda: self._hash.scan(agent_id)))
 
+    async def prime(self) -> None:
+        """Ask the backend once at start (:meth:`~tether.tool.circuit_breaker.CircuitBreaker.prime`)."""
+        await self._reads.prime()
+
     async def close(self) -> None:
         """Stop probing a stalled backend (its owner closes it)."""
         await self._reads.close()
