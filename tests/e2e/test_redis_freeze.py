@@ -91,6 +91,17 @@ class Served:
         return [o for o in self.outcomes if start <= o[0] and o[1] <= end]
 
 
+def start_agent(system: System, kas_hub: RealHub, bulk: Bulk, kas: KasProc, tmp_path: Path, agent_id: int) -> str:
+    """Start agentk for a new agent ``agent_id`` on ``kas``, with ``bulk`` as its cluster; return a PAT that may
+    use the proxy for it. Does not wait for it: the tunnel tracker may be frozen."""
+    pat, token = f"glpat-freeze-{agent_id}", f"freeze-agent-{agent_id}-{time.monotonic_ns()}"
+    kas_hub.add_agent(token, agent_id, 76, f"freeze-{agent_id}")
+    kas_hub.grant_proxy_access(pat, "robot", agent_id, 76)
+    kubeconfig = agent_kubeconfig(tmp_path / "agent.kubeconfig", f"http://127.0.0.1:{bulk.port}", "sa")
+    system.agentk(token, kas, f"freeze-{agent_id}", kubeconfig=kubeconfig)
+    return pat
+
+
 async def one_request(session: aiohttp.ClientSession, kas: KasProc, agent_id: int, pat: str) -> str | None:
     """One proxied request; None when the endpoint behind agentk answered (its bare 404) within the deadline, else
     what the client got instead."""
@@ -120,12 +131,8 @@ async def test_requests_to_local_agents_meet_their_deadline_while_redis_is_froze
     with FrozenRedis(tmp_path / "frozen-redis") as redis:
         # Short info cache (the fixture's 1 s): agentk's tunnels keep asking the hub, reading the refusal cache.
         kas = system.kas(redis=redis.kas_settings)
-        agent_id, pat = 9201, "glpat-freeze-9201"
-        token = f"freeze-agent-{time.monotonic_ns()}"
-        kas_hub.add_agent(token, agent_id, 76, "freeze")
-        kas_hub.grant_proxy_access(pat, "robot", agent_id, 76)
-        kubeconfig = agent_kubeconfig(tmp_path / "agent.kubeconfig", f"http://127.0.0.1:{bulk.port}", "sa")
-        system.agentk(token, kas, "freeze", kubeconfig=kubeconfig)
+        agent_id = 9201
+        pat = start_agent(system, kas_hub, bulk, kas, tmp_path, agent_id)
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_tls(kas))) as session:
             deadline = time.monotonic() + 60
             while await one_request(session, kas, agent_id, pat) is not None:
@@ -177,13 +184,9 @@ async def test_an_agent_connecting_while_redis_is_frozen_is_reachable_at_once(
     with FrozenRedis(tmp_path / "frozen-redis") as redis:
         kas = system.kas(redis=redis.kas_settings)
         redis.freeze()
-        agent_id, pat = 9202, "glpat-freeze-9202"
-        token = f"freeze-late-agent-{time.monotonic_ns()}"
-        kas_hub.add_agent(token, agent_id, 76, "freeze-late")
-        kas_hub.grant_proxy_access(pat, "robot", agent_id, 76)
-        kubeconfig = agent_kubeconfig(tmp_path / "agent.kubeconfig", f"http://127.0.0.1:{bulk.port}", "sa")
+        agent_id = 9202
         started = time.monotonic()
-        system.agentk(token, kas, "freeze-late", kubeconfig=kubeconfig)
+        pat = start_agent(system, kas_hub, bulk, kas, tmp_path, agent_id)
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_tls(kas))) as session:
             while (why := await one_request(session, kas, agent_id, pat)) is not None:
                 outcomes.append(f"{time.monotonic() - started:.1f} s: {why[:80]}")
