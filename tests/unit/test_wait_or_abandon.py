@@ -15,6 +15,11 @@ from tether.tool import tasks
 from tether.tool.tasks import wait_or_abandon
 
 
+def abandoned(work: object) -> set[asyncio.Future[object]]:
+    """The abandoned tasks running ``work`` (other tests on the same loop may have abandoned tasks of their own)."""
+    return {task for task in tasks._ABANDONED if isinstance(task, asyncio.Task) and task.get_coro() is work}
+
+
 class Stubborn:
     """Work that takes one cancellation without ending, then ends when ``release`` is set."""
 
@@ -53,20 +58,23 @@ async def test_the_error_of_work_that_fails_in_time() -> None:
 
 async def test_a_timeout_returns_without_waiting_for_the_cancelled_work() -> None:
     work = Stubborn()
+    running = work.run()
     with pytest.raises(TimeoutError):
-        await wait_or_abandon(work.run(), 0.05)
+        await wait_or_abandon(running, 0.05)
     await work.cancelled.wait()
     assert not work.ended  # the caller went on while the work still ran
     gc.collect()
-    assert len(tasks._ABANDONED) == 1  # kept alive although nobody awaits it
+    kept = abandoned(running)
+    assert len(kept) == 1  # kept alive although nobody awaits it
     work.release.set()
-    await asyncio.gather(*tasks._ABANDONED, return_exceptions=True)
+    await asyncio.gather(*kept, return_exceptions=True)
     assert work.ended
 
 
 async def test_a_cancelled_caller_abandons_the_work_too() -> None:
     work = Stubborn(ConnectionError("late failure"))
-    caller = asyncio.ensure_future(wait_or_abandon(work.run(), 60.0))
+    running = work.run()
+    caller = asyncio.ensure_future(wait_or_abandon(running, 60.0))
     await asyncio.sleep(0)
     caller.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -78,10 +86,12 @@ async def test_a_cancelled_caller_abandons_the_work_too() -> None:
     previous = loop.get_exception_handler()
     loop.set_exception_handler(lambda _loop, context: reports.append(context))
     try:
+        kept = abandoned(running)
+        assert len(kept) == 1
         work.release.set()
-        await asyncio.wait(set(tasks._ABANDONED))
+        await asyncio.wait(kept)
         await asyncio.sleep(0)  # the done callback that forgets the task runs one step later
-        assert not tasks._ABANDONED
+        assert not abandoned(running)
         gc.collect()
     finally:
         loop.set_exception_handler(previous)

@@ -18,7 +18,7 @@ than any deadline short enough for a request), so the breaker judges the store b
 A process primes its breakers at start (:meth:`CircuitBreaker.prime`: one probe through the breaker), so the short
 bound applies from its first call. Unprimed, a kas whose Redis froze before its first rate-limit check waited
 :data:`FIRST_ANSWER_S` in that check: requests overran their deadline, and an agent connecting then became
-reachable after 9.4 s instead of 1.0 s.
+reachable after 9.4 s instead of 1.1 s.
 """
 
 from __future__ import annotations
